@@ -1,0 +1,49 @@
+# The README's commands. `make test` is what CI runs (.ci/run).
+#   make test   venv + our wheel, then our tests and upstream's tests/nnx
+#   make demo   venv + our wheel, then examples/scan_over_layers.py
+#   make check  the patch-queue invariants (strict apply, no-op export, ...)
+# PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WORKERS ?= 2
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: test demo check install venv our-tests upstream-tests dev-test clean
+
+test: install check our-tests upstream-tests
+
+demo: install
+	$(PY) examples/scan_over_layers.py
+
+venv: $(VENV)/.ready
+$(VENV)/.ready:
+	python=$$(scripts/find-python); echo "using $$python"; "$$python" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	touch $@
+
+# Build our wheel once through PEP 517 (pip wheel .), then install it over
+# whatever flax the venv had, with upstream's dependencies and our test tools.
+install: venv
+	rm -rf build/dist
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/dist .
+	$(PY) -m pip install --quiet -r requirements/test.txt build/dist/flax-*.whl
+	$(PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
+	$(PY) -c 'import flax; print("installed flax", flax.__version__)'
+
+check: venv
+	$(PY) -m flaxpq check
+
+our-tests: install
+	$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider tests
+
+# Upstream's tests run from the patched tree with flax/ removed, so that only
+# the installed wheel can be imported.
+upstream-tests: install
+	$(PY) -m flaxpq tests-tree --dest build/upstream-tests --force
+	cd build/upstream-tests && ../../$(VENV)/bin/pytest -n $(WORKERS) -q -p no:cacheprovider tests/nnx
+
+clean:
+	rm -rf build dist $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from flaxpq.cli import main
+
+sys.exit(main())

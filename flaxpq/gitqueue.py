@@ -1,0 +1,176 @@
+"""Materialize the patch queue as a git repo, and export it back.
+
+The materialized tree is a git repository whose first commit is the pristine
+sdist (tagged ``upstream``) and whose following commits are the patches of
+``patches/series``, one commit each, applied with ``git am``. ``export`` turns
+those commits back into ``patches/`` with ``git format-patch`` and pinned
+flags, so that a re-export without edits changes no byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from flaxpq import QueueError
+from flaxpq.project import Project
+
+UPSTREAM_TAG = 'upstream'
+BRANCH = 'patched'
+# Pinned so that the output depends on the commits alone, not on the user's
+# git configuration or the date.
+FORMAT_PATCH_FLAGS = (
+    '--keep-subject',
+    '--no-stat',
+    '--no-signature',
+    '--zero-commit',
+    '--full-index',
+    '--find-renames',
+    '--diff-algorithm=myers',
+    '--no-notes',
+    '--no-cover-letter',
+    '--no-thread',
+    '--no-attach',
+    '--no-encode-email-headers',
+)
+_PRISTINE_DATE = '2000-01-01T00:00:00+0000'
+_NUMBER_PREFIX = re.compile(r'^\d{4}-')
+
+
+def git(
+    repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run git in ``repo`` with the user's global/system config ignored."""
+    env = {**os.environ, **(env or {})}
+    env.update(
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM='1',
+        GIT_AUTHOR_NAME=env.get('GIT_AUTHOR_NAME', 'flaxpq'),
+        GIT_AUTHOR_EMAIL=env.get('GIT_AUTHOR_EMAIL', 'flaxpq@localhost'),
+        GIT_COMMITTER_NAME=env.get('GIT_COMMITTER_NAME', 'flaxpq'),
+        GIT_COMMITTER_EMAIL=env.get('GIT_COMMITTER_EMAIL', 'flaxpq@localhost'),
+    )
+    result = subprocess.run(
+        ['git', *args], cwd=repo, env=env, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise QueueError(
+            f'git {" ".join(args)} failed in {repo}:\n'
+            f'{result.stderr.strip() or result.stdout.strip()}'
+        )
+    return result
+
+
+def unpack_sdist(sdist: Path, dest: Path) -> None:
+    """Unpack the sdist's single top folder as ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter='data')
+        (top,) = Path(tmp).iterdir()
+        os.replace(top, dest)
+
+
+def materialize(
+    project: Project, sdist: Path, dest: Path, *, force: bool = False
+) -> list[str]:
+    """Pristine sdist as the first commit of ``dest``, then ``git am`` each patch.
+
+    Returns the names of the applied patches. A patch that does not apply
+    stops with its name and git's reason, leaving ``dest`` mid-``git am``.
+    """
+    series = project.series()
+    missing = [n for n in series if not (project.patches_dir / n).is_file()]
+    if missing:
+        raise QueueError(f'patches/series names missing files: {missing}')
+    if dest.exists():
+        if not force:
+            raise QueueError(
+                f'{dest} exists. It may hold edits not yet exported: run '
+                '`python -m flaxpq export` first, then materialize with --force.'
+            )
+        shutil.rmtree(dest)
+    unpack_sdist(sdist, dest)
+    git(dest, 'init', '--quiet', f'--initial-branch={BRANCH}')
+    git(dest, 'add', '--all', '--force')
+    git(
+        dest, 'commit', '--quiet', '--no-verify',
+        '-m', f'{sdist.name} (pristine upstream sdist)',
+        env={'GIT_AUTHOR_DATE': _PRISTINE_DATE, 'GIT_COMMITTER_DATE': _PRISTINE_DATE},
+    )
+    git(dest, 'tag', UPSTREAM_TAG)
+    for name in series:
+        result = git(
+            dest, 'am', '--keep', '--no-3way', '--committer-date-is-author-date',
+            '--quiet', str(project.patches_dir / name), check=False,
+        )
+        if result.returncode != 0:
+            raise QueueError(
+                f'patch {name} does not apply to the pristine {sdist.name}'
+                f'{_applied_after(series, name)}:\n'
+                f'{(result.stderr or result.stdout).strip()}\n'
+                f'The tree is left in {dest} for inspection: '
+                f'`git -C {dest} am --show-current-patch=diff`; fix the '
+                f'files, `git -C {dest} add -A && git -C {dest} am --continue`, '
+                'then export. Or `git am --abort`.'
+            )
+    return series
+
+
+def _applied_after(series: list[str], name: str) -> str:
+    before = series[: series.index(name)]
+    return f' after {", ".join(before)}' if before else ''
+
+
+def format_patches(src: Path) -> dict[str, bytes]:
+    """``upstream..HEAD`` of ``src`` as {file name: patch bytes}, in order."""
+    if git(src, 'status', '--porcelain', '--untracked-files=no').stdout.strip():
+        raise QueueError(
+            f'{src} has uncommitted changes to tracked files: commit them (or '
+            'fixup/amend into the right patch commit) before exporting.'
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        listed = git(
+            src, 'format-patch', *FORMAT_PATCH_FLAGS, '--output-directory', tmp,
+            f'{UPSTREAM_TAG}..HEAD',
+        ).stdout.split()
+        patches: dict[str, bytes] = {}
+        for path in map(Path, listed):
+            name = _NUMBER_PREFIX.sub('', path.name)
+            if name in patches:
+                raise QueueError(
+                    f'two commits export to {name}: give them distinct subjects.'
+                )
+            patches[name] = path.read_bytes()
+    return patches
+
+
+def write_queue(patches_dir: Path, patches: dict[str, bytes]) -> list[str]:
+    """Make ``patches_dir`` hold exactly ``patches`` and their series.
+
+    Files whose bytes are unchanged are not rewritten. Returns changed paths.
+    """
+    patches_dir.mkdir(parents=True, exist_ok=True)
+    wanted = dict(patches)
+    wanted['series'] = ''.join(f'{name}\n' for name in patches).encode()
+    changed = []
+    for old in patches_dir.glob('*.patch'):
+        if old.name not in wanted:
+            old.unlink()
+            changed.append(str(old))
+    for name, data in wanted.items():
+        path = patches_dir / name
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+            changed.append(str(path))
+    return changed
+
+
+def export(project: Project, src: Path) -> list[str]:
+    """Regenerate ``patches/`` and ``series`` from the commits of ``src``."""
+    return write_queue(project.patches_dir, format_patches(src))
