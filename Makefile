@@ -40,10 +40,13 @@ our-tests: install
 	$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider tests
 
 # Upstream's tests run from the patched tree with flax/ removed, so that only
-# the installed wheel can be imported.
+# the installed wheel can be imported: all of tests/nnx, plus the Linen and
+# core metadata tests that the bridge patch touches.
+UPSTREAM_TESTS := tests/nnx tests/linen/linen_meta_test.py \
+	tests/linen/linen_transforms_test.py tests/core/core_meta_test.py
 upstream-tests: install
 	$(PY) -m flaxpq tests-tree --dest build/upstream-tests --force
-	cd build/upstream-tests && ../../$(VENV)/bin/pytest -n $(WORKERS) -q -p no:cacheprovider tests/nnx
+	cd build/upstream-tests && ../../$(VENV)/bin/pytest -n $(WORKERS) -q -p no:cacheprovider $(UPSTREAM_TESTS)
 
 clean:
 	rm -rf build dist $(VENV)

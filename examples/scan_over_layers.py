@@ -5,7 +5,8 @@ mesh. The stack is created with ``nnx.split_rngs`` + ``nnx.vmap`` (one stacked
 array per parameter, layer axis first), applied with ``nnx.scan``, and trained
 with ``nnx.Optimizer`` for a few ``nnx.jit`` steps on a 2x4 mesh of 8 simulated
 CPU devices. It prints every parameter's and optimizer state's sharding, and
-the loss.
+the loss; then saves the model with Orbax and restores it into an abstract
+model from ``nnx.get_abstract_model``, checking values and shardings.
 
 Run: ``python examples/scan_over_layers.py`` (``make demo``).
 """
@@ -13,6 +14,7 @@ Run: ``python examples/scan_over_layers.py`` (``make demo``).
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
@@ -21,7 +23,9 @@ import jax  # noqa: E402
 jax.config.update('jax_num_cpu_devices', 8)
 
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 import optax  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 NUM_LAYERS = 4
@@ -55,21 +59,17 @@ class Stack(nnx.Module):
     """``NUM_LAYERS`` blocks stored as one stacked block (layer axis first)."""
 
     def __init__(self, rngs: nnx.Rngs):
+        # No transform_metadata needed: the stacked Variables get `None` for
+        # the layer axis in their out_sharding (the nnxaxis patch series).
         @nnx.split_rngs(splits=NUM_LAYERS)
-        # WORKAROUND(google/flax#5112): vanilla flax 0.12.12 does not add the
-        # layer axis to `out_sharding` unless told; removed once the
-        # transform patch lands.
-        @nnx.vmap(in_axes=0, out_axes=0,
-                  transform_metadata={nnx.PARTITION_NAME: None})
+        @nnx.vmap(in_axes=0, out_axes=0)
         def make_blocks(rngs: nnx.Rngs) -> Block:
             return Block(rngs)
 
         self.blocks = make_blocks(rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # WORKAROUND(google/flax#5112): see make_blocks.
-        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
-                  transform_metadata={nnx.PARTITION_NAME: None})
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
         def apply_block(block: Block, x: jax.Array) -> jax.Array:
             return block(x)
 
@@ -122,7 +122,28 @@ def main() -> list[float]:
             loss = float(train_step(model, optimizer, x, y))
             losses.append(loss)
             print(f'step {step}: loss {loss:.6f}')
+
+        restored, target = save_and_restore(model, mesh)
+        leaves = zip(jax.tree.leaves(nnx.state(model)), jax.tree.leaves(nnx.state(restored)),
+                     jax.tree.leaves(target))
+        for saved, loaded, wanted in leaves:
+            np.testing.assert_array_equal(np.asarray(saved), np.asarray(loaded))
+            assert loaded.sharding.is_equivalent_to(wanted.sharding, loaded.ndim)
+        print('checkpoint: restored into the abstract model: values equal, '
+              'shardings as the abstract model asked')
     return losses
+
+
+def save_and_restore(model: Stack, mesh: jax.sharding.Mesh) -> tuple[Stack, nnx.State]:
+    """Orbax round trip into ``nnx.get_abstract_model``'s sharded target."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, 'model')
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(path, nnx.state(model))
+        checkpointer.wait_until_finished()
+        graphdef, abstract_state = nnx.get_abstract_model(lambda: Stack(nnx.Rngs(0)), mesh)
+        state = checkpointer.restore(path, abstract_state)
+    return nnx.merge(graphdef, state), abstract_state
 
 
 if __name__ == '__main__':

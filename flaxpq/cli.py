@@ -1,4 +1,4 @@
-"""``python -m flaxpq``: fetch, materialize, export, check, wheel."""
+"""``python -m flaxpq``: fetch, materialize, export, check, wheel, and the upstream PR kit."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         'against the installed wheel')
     tt.add_argument('--dest', type=Path, required=True)
     tt.add_argument('--force', action='store_true', help='replace an existing tree')
+    mb = commands.add_parser('mbox', help='write the series as one mbox (for git am or a PR)')
+    mb.add_argument('--out', type=Path, required=True)
+    up = commands.add_parser(
+        'apply-upstream', help='create a branch in a clone of upstream flax and git am the series')
+    up.add_argument('--checkout', type=Path, required=True)
+    up.add_argument('--branch', default='nnx-axis-metadata')
+    up.add_argument('--three-way', action='store_true', help='let git am try a 3-way merge')
     commands.add_parser('check', help='the invariants CI enforces')
     whl = commands.add_parser('wheel', help='build the patched flax wheel')
     whl.add_argument('--out', type=Path, default=Path('dist'))
@@ -58,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == 'export':
             changed = gitqueue.export(project, args.src or default_tree)
             print('\n'.join(changed) if changed else 'patches/ unchanged')
+        elif args.command == 'mbox':
+            args.out.write_bytes(gitqueue.mbox(project))
+            print(f'{args.out}: {len(project.series())} patch(es)')
+        elif args.command == 'apply-upstream':
+            applied = gitqueue.apply_to_checkout(
+                project, args.checkout, args.branch, three_way=args.three_way)
+            print(f'{args.checkout}: branch {args.branch} with {len(applied)} patch(es)')
         elif args.command == 'check':
             problems = checks.run_all(project, sdist.fetch(project.pin()))
             for problem in problems:

@@ -37,6 +37,7 @@ FORMAT_PATCH_FLAGS = (
     '--no-thread',
     '--no-attach',
     '--no-encode-email-headers',
+    '--filename-max-length=100',
 )
 _PRISTINE_DATE = '2000-01-01T00:00:00+0000'
 _NUMBER_PREFIX = re.compile(r'^\d{4}-')
@@ -174,3 +175,37 @@ def write_queue(patches_dir: Path, patches: dict[str, bytes]) -> list[str]:
 def export(project: Project, src: Path) -> list[str]:
     """Regenerate ``patches/`` and ``series`` from the commits of ``src``."""
     return write_queue(project.patches_dir, format_patches(src))
+
+
+def mbox(project: Project) -> bytes:
+    """The series as one mbox, in order: what ``git am`` or a mailer takes."""
+    return b''.join((project.patches_dir / name).read_bytes() for name in project.series())
+
+
+def apply_to_checkout(
+    project: Project, checkout: Path, branch: str, *, three_way: bool = False
+) -> list[str]:
+    """Create ``branch`` at ``checkout``'s HEAD and ``git am`` the series onto it.
+
+    ``checkout`` is a clone of upstream flax (a release tag or main). Uses the
+    user's git identity and config, as any commit there would. On failure the
+    checkout is left mid-``git am`` with the failing patch named.
+    """
+    if not (checkout / '.git').exists():
+        raise QueueError(f'{checkout} is not a git checkout of upstream flax.')
+    run = lambda *args: subprocess.run(  # noqa: E731
+        ['git', *args], cwd=checkout, capture_output=True, text=True)
+    created = run('checkout', '-b', branch)
+    if created.returncode != 0:
+        raise QueueError(f'cannot create branch {branch}: {created.stderr.strip()}')
+    for name in project.series():
+        flags = ['--3way'] if three_way else ['--no-3way']
+        applied = run('am', '--keep', *flags, str(project.patches_dir / name))
+        if applied.returncode != 0:
+            raise QueueError(
+                f'patch {name} does not apply to {checkout} '
+                f'({"three-way" if three_way else "strict"}):\n'
+                f'{(applied.stderr or applied.stdout).strip()}\n'
+                f'Inspect with `git -C {checkout} am --show-current-patch=diff`.'
+            )
+    return project.series()

@@ -147,3 +147,29 @@ def test_check_finds_upstream_files_tracked_in_our_git(
 
 def test_our_repository_passes_check(pristine_sdist: Path) -> None:
     assert checks.run_all(Project(), pristine_sdist) == []
+
+
+def test_apply_upstream_makes_a_branch_whose_diff_is_the_series(
+    pristine_sdist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/upstream-pr.md's recipe, on a stand-in clone of upstream."""
+    for role in ('AUTHOR', 'COMMITTER'):
+        monkeypatch.setenv(f'GIT_{role}_NAME', 'Reviewer')
+        monkeypatch.setenv(f'GIT_{role}_EMAIL', 'reviewer@localhost')
+    clone = tmp_path / 'upstream-clone'
+    gitqueue.unpack_sdist(pristine_sdist, clone)
+    gitqueue.git(clone, 'init', '--quiet', '--initial-branch=main')
+    gitqueue.git(clone, 'add', '--all', '--force')
+    gitqueue.git(clone, 'commit', '--quiet', '-m', 'upstream')
+    project = Project()
+    applied = gitqueue.apply_to_checkout(project, clone, 'nnx-axis-metadata')
+    assert applied == project.series()
+    tree = tmp_path / 'tree'
+    gitqueue.materialize(project, pristine_sdist, tree)
+    ours = gitqueue.git(tree, 'diff', '--full-index', gitqueue.UPSTREAM_TAG, 'HEAD').stdout
+    theirs = gitqueue.git(clone, 'diff', '--full-index', 'main', 'nnx-axis-metadata').stdout
+    assert theirs == ours
+    subjects = gitqueue.git(clone, 'log', '--format=%s', 'main..nnx-axis-metadata').stdout
+    assert len(subjects.splitlines()) == len(project.series())
+    mbox = gitqueue.mbox(project)
+    assert mbox.count(b'\nSubject: ') == len(project.series())
