@@ -2,6 +2,7 @@
 #   make test   venv + our wheel, then our tests and upstream's tests/nnx
 #   make demo   venv + our wheel, then examples/scan_over_layers.py
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
+#   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
 # PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -11,12 +12,15 @@ WORKERS ?= 2
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: test demo check install venv our-tests upstream-tests dev-test clean
+.PHONY: test demo bench check install venv our-tests upstream-tests clean
 
 test: install check our-tests upstream-tests
 
 demo: install
 	$(PY) examples/scan_over_layers.py
+
+bench:
+	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python"
 
 venv: $(VENV)/.ready
 $(VENV)/.ready:

@@ -78,5 +78,6 @@ def build_editable(
         'Editable installs of the patched flax are not supported: the flax '
         'sources are not in this repository. For development, run '
         '`python -m flaxpq materialize`, edit and commit in build/work/flax, '
-        'and test with `make dev-test` (see docs/maintainers.md).'
+        'test with PYTHONPATH=build/work/flax, then `python -m flaxpq export` '
+        '(see docs/maintainers.md).'
     )
