@@ -38,7 +38,7 @@ def free_port() -> int:
 def run_two_processes(out_dir: Path) -> list[dict]:
     """Start both workers, wait with a bound, always reap them; return reports."""
     port = free_port()
-    env = {**os.environ, 'PYTHONPATH': str(REPO)}
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')]))}
     logs = [out_dir / f'log_{i}.txt' for i in range(2)]
     outs = [out_dir / f'report_{i}.json' for i in range(2)]
     procs: list[subprocess.Popen] = []
