@@ -44,10 +44,16 @@ _NUMBER_PREFIX = re.compile(r'^\d{4}-')
 
 
 def git(
-    repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+    repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None,
+    user_config: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run git in ``repo`` with the user's global/system config ignored."""
+    """Run git in ``repo``; the user's global/system config is ignored unless
+    ``user_config`` (for commits in the user's own checkouts)."""
     env = {**os.environ, **(env or {})}
+    if user_config:
+        result = subprocess.run(['git', *args], cwd=repo, env=env,
+                                capture_output=True, text=True)
+        return _checked(result, repo, args) if check else result
     env.update(
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_CONFIG_NOSYSTEM='1',
@@ -59,7 +65,13 @@ def git(
     result = subprocess.run(
         ['git', *args], cwd=repo, env=env, capture_output=True, text=True
     )
-    if check and result.returncode != 0:
+    return _checked(result, repo, args) if check else result
+
+
+def _checked(
+    result: subprocess.CompletedProcess[str], repo: Path, args: tuple[str, ...]
+) -> subprocess.CompletedProcess[str]:
+    if result.returncode != 0:
         raise QueueError(
             f'git {" ".join(args)} failed in {repo}:\n'
             f'{result.stderr.strip() or result.stdout.strip()}'
@@ -193,14 +205,11 @@ def apply_to_checkout(
     """
     if not (checkout / '.git').exists():
         raise QueueError(f'{checkout} is not a git checkout of upstream flax.')
-    run = lambda *args: subprocess.run(  # noqa: E731
-        ['git', *args], cwd=checkout, capture_output=True, text=True)
-    created = run('checkout', '-b', branch)
-    if created.returncode != 0:
-        raise QueueError(f'cannot create branch {branch}: {created.stderr.strip()}')
+    git(checkout, 'checkout', '-b', branch, user_config=True)
     for name in project.series():
         flags = ['--3way'] if three_way else ['--no-3way']
-        applied = run('am', '--keep', *flags, str(project.patches_dir / name))
+        applied = git(checkout, 'am', '--keep', *flags, str(project.patches_dir / name),
+                      check=False, user_config=True)
         if applied.returncode != 0:
             raise QueueError(
                 f'patch {name} does not apply to {checkout} '
