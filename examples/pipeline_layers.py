@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from scan_over_layers import BATCH, WIDTH, Block, shardings
+from scan_over_layers import BATCH, WIDTH, Block, print_shardings
 
 NUM_LAYERS = 4
 
@@ -60,12 +60,7 @@ def main() -> list[float]:
         blocks = nnx.merge(graphdef, state)
         optimizer = nnx.Optimizer(blocks, optax.adamw(1e-3), wrt=nnx.Param)
         print(f'mesh {dict(mesh.shape)}')
-        print('parameters (layer axis sharded over "layers"):')
-        for path, spec in shardings(blocks).items():
-            print(f'  {path:30s} {spec}')
-        print('optimizer state:')
-        for path, spec in shardings(optimizer).items():
-            print(f'  {path:30s} {spec}')
+        print_shardings(blocks, optimizer)  # the layer axis is sharded over 'layers'
         kernel = blocks.up.kernel
         print(f'up/kernel out_sharding {kernel.out_sharding}, '
               f'shards per device {kernel.get_value().addressable_shards[0].data.shape}')

@@ -96,6 +96,14 @@ def shardings(node) -> dict[str, str]:
     }
 
 
+def print_shardings(model: nnx.Module, optimizer: nnx.Optimizer) -> None:
+    """Print the PartitionSpec of every parameter and optimizer-state array."""
+    for title, node in (('parameters:', model), ('optimizer state:', optimizer)):
+        print(title)
+        for path, spec in shardings(node).items():
+            print(f'  {path:36s} {spec}')
+
+
 def main() -> list[float]:
     mesh = jax.make_mesh(
         (2, 4), ('fsdp', 'tensor'),
@@ -107,12 +115,7 @@ def main() -> list[float]:
 
         print(f'flax {__import__("flax").__version__}, jax {jax.__version__}, '
               f'mesh {dict(mesh.shape)}')
-        print('parameters:')
-        for path, spec in shardings(model).items():
-            print(f'  {path:36s} {spec}')
-        print('optimizer state:')
-        for path, spec in shardings(optimizer).items():
-            print(f'  {path:36s} {spec}')
+        print_shardings(model, optimizer)
 
         key_x, key_y = jax.random.split(jax.random.key(1))
         x = jax.random.normal(key_x, (BATCH, WIDTH))
