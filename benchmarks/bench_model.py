@@ -14,6 +14,12 @@ with ``nnx.scan``. ``variant`` selects the code the user writes:
 ``workaround``  ``transform_metadata={nnx.PARTITION_NAME: None}`` on the
                 creating ``nnx.vmap`` and on the ``nnx.scan`` (the documented
                 workaround for vanilla flax 0.12.12).
+
+With ``groups > 1`` the ``layers`` blocks are split into ``groups`` stacks of
+``layers // groups`` blocks each (an ``nnx.List`` of stacks, each created with
+its own ``nnx.vmap`` and applied with its own ``nnx.scan``, like pipeline
+stages or repeated layer patterns), so the number of Variables grows with
+``groups`` (4 per stack) while one stack keeps 4 whatever ``layers`` is.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
@@ -96,6 +102,27 @@ def apply_blocks(blocks: Block, x: jax.Array, variant: str) -> jax.Array:
     return step(blocks, x)
 
 
+Model = Block | nnx.List
+
+
+def create_model(layers: int, width: int, variant: str, groups: int = 1) -> Model:
+    """The stacked ``Block`` if ``groups == 1``, else an ``nnx.List`` of ``groups`` stacks."""
+    if groups == 1:
+        return create_blocks(layers, width, variant)
+    if groups < 1 or layers % groups:
+        raise ValueError(f'groups={groups} must be positive and divide layers={layers}')
+    return nnx.List([create_blocks(layers // groups, width, variant, seed=group)
+                     for group in range(groups)])
+
+
+def apply_model(model: Model, x: jax.Array, variant: str) -> jax.Array:
+    """Apply every stack of ``model`` in order (see ``create_model``)."""
+    stacks = [model] if isinstance(model, Block) else list(model)
+    for blocks in stacks:
+        x = apply_blocks(blocks, x, variant)
+    return x
+
+
 def loss_fn(blocks: Block, x: jax.Array, y: jax.Array, variant: str) -> jax.Array:
     """Mean squared error of the stack's output."""
     return jnp.mean((apply_blocks(blocks, x, variant) - y) ** 2)
@@ -120,33 +147,59 @@ def versions() -> dict[str, str]:
             'python': sys.version.split()[0]}
 
 
-def parse_cases(text: str) -> list[tuple[str, int]]:
-    """``'plain:8,workaround:8'`` -> ``[('plain', 8), ('workaround', 8)]``."""
+class CaseSpec(NamedTuple):
+    """What one measured case runs: the user code, the depth, the stacks."""
+
+    variant: str
+    layers: int
+    groups: int = 1
+
+    def __str__(self) -> str:
+        suffix = f':{self.groups}' if self.groups != 1 else ''
+        return f'{self.variant}:{self.layers}{suffix}'
+
+
+def parse_cases(text: str) -> list[CaseSpec]:
+    """``'plain:8,workaround:128:32'`` -> ``[CaseSpec('plain', 8, 1), CaseSpec(..., 32)]``."""
     cases = []
     for item in text.split(','):
-        variant, layers = item.split(':')
+        variant, layers, *groups = item.split(':')
         if variant not in VARIANTS:
             raise SystemExit(f'unknown variant {variant!r}; expected one of {VARIANTS}')
-        cases.append((variant, int(layers)))
+        if len(groups) > 1:
+            raise SystemExit(f'bad case {item!r}; expected variant:layers[:groups]')
+        cases.append(CaseSpec(variant, int(layers), int(groups[0]) if groups else 1))
     return cases
 
 
-def emit_case(program: str, variant: str, layers: int,
-              measure: Callable[[str, int], dict[str, Any]], **options: Any) -> None:
+def emit_case(program: str, case: CaseSpec,
+              measure: Callable[[CaseSpec], dict[str, Any]], **options: Any) -> None:
     """Measure one case; print its result as one JSON line on stdout.
 
     One JSON object per line is the protocol the driver reads.
     """
-    result = guarded(lambda: measure(variant, layers))
-    print(json.dumps({'program': program, 'variant': variant, 'layers': layers,
-                      **options, 'versions': versions(), **result}), flush=True)
+    result = guarded(lambda: measure(case))
+    print(json.dumps({'program': program, **case._asdict(), **options,
+                      'versions': versions(), **result}), flush=True)
 
 
-def run_cases(program: str, cases: str, measure: Callable[[str, int], dict[str, Any]],
+def run_cases(program: str, cases: str, measure: Callable[[CaseSpec], dict[str, Any]],
               **options: Any) -> None:
-    """Measure every ``variant:layers`` case of ``cases``, one JSON line each."""
-    for variant, layers in parse_cases(cases):
-        emit_case(program, variant, layers, measure, **options)
+    """Measure every ``variant:layers[:groups]`` case of ``cases``, one JSON line each."""
+    for case in parse_cases(cases):
+        emit_case(program, case, measure, **options)
+
+
+def single_stack(measure: Callable[[int, int, str], dict[str, Any]], width: int
+                 ) -> Callable[[CaseSpec], dict[str, Any]]:
+    """Adapt ``measure(layers, width, variant)`` of a one-stack program to a case."""
+
+    def measure_case(case: CaseSpec) -> dict[str, Any]:
+        if case.groups != 1:
+            raise ValueError(f'{case}: this program measures one stack (groups=1)')
+        return measure(case.layers, width, case.variant)
+
+    return measure_case
 
 
 def guarded(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -161,14 +214,22 @@ def guarded(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {'ok': False, 'error': f'{type(error).__name__}: {error}'[:500]}
 
 
-def cli(program: str, description: str,
-        measure: Callable[[int, int, str], dict[str, Any]]) -> None:
-    """Command line of a measured program: ``--cases variant:layers,... --width D``."""
+def case_parser(description: str, repeats: int | None = None) -> argparse.ArgumentParser:
+    """Options of a measured program: ``--cases``, ``--width``; with a default
+    number of ``repeats``, also ``--repeats`` and ``--warmup``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--cases', required=True,
-                        help='comma-separated variant:layers, e.g. plain:8,workaround:8')
+                        help='comma-separated variant:layers[:groups], e.g. plain:8,plain:128:32')
     parser.add_argument('--width', type=int, required=True)
-    args = parser.parse_args()
-    run_cases(program, args.cases,
-              lambda variant, layers: measure(layers, args.width, variant), width=args.width)
+    if repeats is not None:
+        parser.add_argument('--repeats', type=int, default=repeats)
+        parser.add_argument('--warmup', type=int, default=1)
+    return parser
+
+
+def cli(program: str, description: str,
+        measure: Callable[[int, int, str], dict[str, Any]]) -> None:
+    """Command line of a one-stack program: ``--cases variant:layers,... --width D``."""
+    args = case_parser(description).parse_args()
+    run_cases(program, args.cases, single_stack(measure, args.width), width=args.width)
 

@@ -32,10 +32,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import statistics
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +64,15 @@ MAY_FAIL = {'vanilla (no workaround)'}
 OVERHEAD_RUNS = (('ours', 'ours', 'plain'), ('vanilla+workaround', 'vanilla', 'workaround'))
 TIMINGS = ('create', 'scan_trace', 'scan_compile', 'scan_total', 'optimizer')
 TARGETS = {'create': 1.03, 'scan_trace': 1.03, 'scan_total': 1.03, 'optimizer': 1.00}
+# Growth of a timing with the number of Variables, as the exponent k of
+# t ~ V**k between the smallest and the largest grouped model: <= 1 is at most
+# linear (fixed costs push it below 1). Ours must not grow faster than this.
+LINEAR_EXPONENT = 1.10
+# Instructions of the main thread under callgrind (instructions.py): the
+# steady counterpart of the wall-time targets (compilation is XLA's, the same
+# program in both, and reported without a target).
+INSTRUCTIONS = ('create', 'scan_trace', 'scan_compile', 'optimizer')
+INSTRUCTION_TARGETS = {'create': 1.03, 'scan_trace': 1.03, 'optimizer': 1.00}
 
 
 @dataclass(frozen=True)
@@ -74,20 +85,28 @@ class Config:
     indivisible_layers: int | None  # vanilla without workaround, expected to raise
     overhead_layers: int   # the headline overhead figures
     overhead_width: int
-    scaling_layers: tuple[int, ...]
+    scaling_layers: tuple[int, ...]     # one stack: array sizes grow, 4 Variables
+    variable_scaling: tuple[int, ...]   # layers in stacks of group_size: Variables grow
+    group_size: int
     repeats: int           # timed runs per overhead process
     rounds: int            # overhead processes per run and L, ours/vanilla alternating
     warmup: int
     one_process_per_case: bool  # else one process per interpreter (batch.py)
     workers: int           # programs run at once (timings need 1)
+    instruction_cases: tuple[str, ...]  # 'layers[:groups]' counted under callgrind
+    instruction_repeats: int
 
 
 FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
               overhead_layers=64, overhead_width=64, scaling_layers=(8, 32, 128),
-              repeats=4, rounds=2, warmup=1, one_process_per_case=True, workers=1)
+              variable_scaling=(8, 32, 128), group_size=4,
+              repeats=3, rounds=4, warmup=1, one_process_per_case=True, workers=1,
+              instruction_cases=('64', '32:8'), instruction_repeats=3)
 SMOKE = Config(mode='smoke', layers=4, width=16, indivisible_layers=None,
                overhead_layers=4, overhead_width=16, scaling_layers=(2, 4),
-               repeats=1, rounds=1, warmup=0, one_process_per_case=False, workers=2)
+               variable_scaling=(4, 8), group_size=2,
+               repeats=1, rounds=1, warmup=0, one_process_per_case=False, workers=2,
+               instruction_cases=('4',), instruction_repeats=1)
 
 # -- interpreters -----------------------------------------------------------
 
@@ -144,6 +163,18 @@ class Case:
     label: str
     layers: int
     round: int = 0
+    groups: int = 1
+
+    @property
+    def spec(self) -> str:
+        """``variant:layers[:groups]``, the programs' case syntax."""
+        suffix = f':{self.groups}' if self.groups != 1 else ''
+        return f'{self.variant}:{self.layers}{suffix}'
+
+    @property
+    def title(self) -> str:
+        stacks = f' in {self.groups} stacks' if self.groups != 1 else ''
+        return f'{self.program} {self.label} L={self.layers}{stacks}'
 
     @property
     def interpreter(self) -> str:
@@ -166,6 +197,9 @@ def plan(config: Config) -> list[Case]:
     for layers in sorted({config.overhead_layers, *config.scaling_layers}):
         cases += [Case('overhead', label, layers, round_)
                   for round_ in range(config.rounds) for label, _, _ in OVERHEAD_RUNS]
+    for layers in config.variable_scaling:
+        cases += [Case('overhead', label, layers, round_, layers // config.group_size)
+                  for round_ in range(config.rounds) for label, _, _ in OVERHEAD_RUNS]
     return cases
 
 
@@ -176,11 +210,12 @@ def program_options(program: str, config: Config) -> dict[str, Any]:
     return {'width': config.width}
 
 
-def run_program(python: str, program: str, **options: Any) -> list[dict[str, Any]]:
-    """Run ``benchmarks/<program>.py`` under ``python``; its JSON lines."""
+def run_program(python: str, program: str, prefix: tuple[str, ...] = (),
+                env: dict[str, str] | None = None, **options: Any) -> list[dict[str, Any]]:
+    """Run ``benchmarks/<program>.py`` under ``python`` (after ``prefix``); its JSON lines."""
     env = dict(os.environ, JAX_PLATFORMS='cpu',
-               XLA_FLAGS='--xla_force_host_platform_device_count=8')
-    command = [python, str(BENCH_DIR / f'{program}.py')]
+               XLA_FLAGS='--xla_force_host_platform_device_count=8', **(env or {}))
+    command = [*prefix, python, str(BENCH_DIR / f'{program}.py')]
     for name, value in options.items():
         command += [f'--{name.replace("_", "-")}', str(value)]
     completed = subprocess.run(command, env=env, cwd=BENCH_DIR, capture_output=True,
@@ -208,15 +243,15 @@ def run_cases(cases: list[Case], pythons: dict[str, str], config: Config,
         python = pythons[group[0].interpreter]
         if len(group) == 1:
             case = group[0]
-            output = run_program(python, case.program, cases=f'{case.variant}:{case.layers}',
+            output = run_program(python, case.program, cases=case.spec,
                                  **program_options(case.program, config))
         else:
-            spec = ','.join(f'{case.program}:{case.variant}:{case.layers}' for case in group)
+            spec = ','.join(f'{case.program}:{case.spec}' for case in group)
             output = run_program(python, 'batch', cases=spec, width=config.width,
                                  overhead_width=config.overhead_width,
                                  repeats=config.repeats, warmup=config.warmup)
         if progress:
-            names = ', '.join(f'{case.program} {case.label} L={case.layers}' for case in group)
+            names = ', '.join(case.title for case in group)
             print(f'  {time.perf_counter() - start:6.1f} s  {names}', file=sys.stderr,
                   flush=True)
         return output
@@ -228,10 +263,60 @@ def run_cases(cases: list[Case], pythons: dict[str, str], config: Config,
         for case, result in zip(group, output, strict=True):
             if not result['ok'] and case.label not in MAY_FAIL:
                 raise RuntimeError(
-                    f'{case.program} failed for {case.label}, L={case.layers}: '
+                    f'{case.title} failed: '
                     f'{result["error"]}')
             results[case] = {'label': case.label, **result}
     return results
+
+
+def instructions_unavailable() -> str | None:
+    """Why the callgrind counts cannot run here, or None if they can."""
+    missing = [tool for tool in ('valgrind', 'gcc')
+               if shutil.which(tool) is None]
+    return f'not found on PATH: {", ".join(missing)}' if missing else None
+
+
+def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
+    """Main-thread instruction counts (``instructions.py`` under callgrind).
+
+    ``{case: {label: {'instructions': {operation: counts}}, 'ratios': {...}}}``
+    with ratios of the medians ours / vanilla+workaround; or ``{'skipped': why}``.
+    Both interpreters run at once: counts do not depend on the machine's load.
+    """
+    reason = instructions_unavailable()
+    if reason is not None:
+        return {'skipped': reason}
+
+    def count(label: str, key: str, variant: str) -> list[dict[str, Any]]:
+        with tempfile.TemporaryDirectory() as out_dir:
+            # --trace-children: the interpreter may be a wrapper script that
+            # execs Python (the smoke test's vanilla one).
+            prefix = ('valgrind', '-q', '--tool=callgrind', '--instr-atstart=no',
+                      '--separate-threads=yes', '--trace-children=yes',
+                      f'--callgrind-out-file={out_dir}/callgrind.out.%p')
+            cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
+            rows = run_program(pythons[key], 'instructions', prefix=prefix,
+                               env={'PYTHONHASHSEED': '0'}, cases=cases,
+                               width=config.overhead_width,
+                               repeats=config.instruction_repeats, warmup=1, out_dir=out_dir)
+        for row in rows:
+            if not row['ok']:
+                raise RuntimeError(f'instructions failed for {label}: {row["error"]}')
+        return rows
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outputs = dict(zip(
+            (label for label, _, _ in OVERHEAD_RUNS),
+            pool.map(lambda run: count(*run), OVERHEAD_RUNS)))
+    table: dict[str, Any] = {'seconds': time.perf_counter() - start}
+    for index, case in enumerate(config.instruction_cases):
+        entry: dict[str, Any] = {label: rows[index] for label, rows in outputs.items()}
+        ours, vanilla = (entry[label]['instructions'] for label, _, _ in OVERHEAD_RUNS)
+        entry['ratios'] = {name: statistics.median(ours[name]) / statistics.median(vanilla[name])
+                           for name in INSTRUCTIONS}
+        table[case] = entry
+    return table
 
 
 def memory_rows(results: dict[Case, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -254,16 +339,21 @@ def _pooled(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return pooled
 
 
-def overhead_table(results: dict[Case, dict[str, Any]]) -> dict[str, Any]:
-    """``{layers: {label: pooled result, 'ratios': {timing: ours / vanilla}}}``."""
+def overhead_table(results: dict[Case, dict[str, Any]], grouped: bool = False
+                   ) -> dict[str, Any]:
+    """``{layers: {label: pooled result, 'ratios': {timing: ours / vanilla}}}``.
+
+    One-stack cases, or with ``grouped`` the cases in several stacks.
+    """
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for case, row in results.items():
-        if case.program == 'overhead':
+        if case.program == 'overhead' and (case.groups > 1) == grouped:
             rounds.setdefault(str(case.layers), {}).setdefault(case.label, []).append(row)
     table: dict[str, Any] = {}
     for layers, by_label in rounds.items():
         entry: dict[str, Any] = {
-            label: {'variables': rows[0]['variables'], 'versions': rows[0]['versions'],
+            label: {'variables': rows[0]['variables'], 'groups': rows[0]['groups'],
+                    'versions': rows[0]['versions'],
                     'processes': len(rows), 'timings': _pooled(rows, 'timings'),
                     'cpu_timings': _pooled(rows, 'cpu_timings')}
             for label, rows in by_label.items()}
@@ -275,6 +365,39 @@ def overhead_table(results: dict[Case, dict[str, Any]]) -> dict[str, Any]:
                                 for name in TIMINGS}
         table[layers] = entry
     return table
+
+
+def growth(table: dict[str, Any]) -> dict[str, Any]:
+    """How each timing grows with the number of Variables in ``table``.
+
+    Per label and timing: ``exponent``, k of t ~ V**k (log-log slope of the
+    medians) between the smallest and the largest model, and
+    ``upper_exponent`` between the two largest (where fixed costs weigh
+    least); ``per_variable``, the added seconds per added Variable between
+    the smallest and the largest; and the ratio ours / vanilla of the latter.
+    """
+    sizes = sorted(table.values(), key=lambda entry: entry['ours']['variables'])
+
+    def slope(label: str, name: str, small: dict[str, Any], large: dict[str, Any]
+              ) -> tuple[float, float]:
+        """(log-log slope, seconds per Variable) from ``small`` to ``large``."""
+        v0, v1 = small[label]['variables'], large[label]['variables']
+        t0, t1 = (small[label]['timings'][name]['median'],
+                  large[label]['timings'][name]['median'])
+        return math.log(t1 / t0) / math.log(v1 / v0), (t1 - t0) / (v1 - v0)
+
+    result: dict[str, Any] = {}
+    for label, _, _ in OVERHEAD_RUNS:
+        result[label] = {'variables': [entry[label]['variables'] for entry in sizes]}
+        for name in TIMINGS:
+            exponent, per_variable = slope(label, name, sizes[0], sizes[-1])
+            upper_exponent, _ = slope(label, name, sizes[-2], sizes[-1])
+            result[label][name] = {'exponent': exponent, 'upper_exponent': upper_exponent,
+                                   'per_variable': per_variable}
+    ours, vanilla = (result[label] for label, _, _ in OVERHEAD_RUNS)
+    result['per_variable_ratios'] = {
+        name: ours[name]['per_variable'] / vanilla[name]['per_variable'] for name in TIMINGS}
+    return result
 
 
 # -- report -----------------------------------------------------------------
@@ -291,6 +414,7 @@ def checks(results: dict[str, Any]) -> dict[str, bool]:
               == results['config']['layers']}
     collectives = {row['label']: row for row in results['collectives']}
     headline = results['overhead'][str(results['config']['overhead_layers'])]['ratios']
+    headline_case = results['config']['instruction_cases'][0]
     return {
         'memory: ours at ideal (per device)': memory['ours']['per_device_ratio'] == 1.0,
         'collectives: ours == vanilla+workaround':
@@ -298,7 +422,27 @@ def checks(results: dict[str, Any]) -> dict[str, bool]:
             == collectives['vanilla+workaround']['collectives'],
         **{f'overhead: {name} median ratio <= {target:.2f}': headline[name] <= target
            for name, target in TARGETS.items()},
+        **{f'scaling: ours {name} grows at most linearly in Variables '
+           f'(exponent <= {LINEAR_EXPONENT:.2f})':
+           results['variable_growth']['ours'][name]['exponent'] <= LINEAR_EXPONENT
+           for name in TIMINGS},
+        **({f'instructions: {name} ratio <= {target:.2f} (L={headline_case})':
+            results['instructions'][headline_case]['ratios'][name] <= target
+            for name, target in INSTRUCTION_TARGETS.items()}
+           if 'skipped' not in results['instructions'] else {}),
     }
+
+
+def _print_timings(table: dict[str, Any]) -> None:
+    """One row per L of an ``overhead_table``: medians, ratio, (min ratio; CPU ratio)."""
+    print(f'{"L":>5s} {"vars":>4s} ' + ' '.join(f'{name:>36s}' for name in TIMINGS))
+    for layers, entry in table.items():
+        ours, vanilla = entry['ours'], entry['vanilla+workaround']
+        cells = [f'{ours["timings"][n]["median"]:.4f}/{vanilla["timings"][n]["median"]:.4f}'
+                 f' {entry["ratios"][n]:4.2f} ({entry["ratios_of_min"][n]:4.2f};'
+                 f' {entry["cpu_ratios"][n]:4.2f})'
+                 for n in TIMINGS]
+        print(f'{layers:>5s} {ours["variables"]:4d} ' + ' '.join(f'{c:>36s}' for c in cells))
 
 
 def print_report(results: dict[str, Any]) -> None:
@@ -336,14 +480,36 @@ def print_report(results: dict[str, Any]) -> None:
     runs = config['repeats'] * config['rounds']
     print(f'\n3-4. Overhead, median of {runs} runs: wall s ours/vanilla+workaround, '
           'ratio; (ratio of minima; ratio of median CPU times)')
-    print(f'{"L":>5s} {"vars":>4s} ' + ' '.join(f'{name:>36s}' for name in TIMINGS))
-    for layers, entry in results['overhead'].items():
-        ours, vanilla = entry['ours'], entry['vanilla+workaround']
-        cells = [f'{ours["timings"][n]["median"]:.4f}/{vanilla["timings"][n]["median"]:.4f}'
-                 f' {entry["ratios"][n]:4.2f} ({entry["ratios_of_min"][n]:4.2f};'
-                 f' {entry["cpu_ratios"][n]:4.2f})'
-                 for n in TIMINGS]
-        print(f'{layers:>5s} {ours["variables"]:4d} ' + ' '.join(f'{c:>36s}' for c in cells))
+    _print_timings(results['overhead'])
+
+    print(f'\n4. Scaling with the number of Variables: L layers in stacks of '
+          f'{config["group_size"]} (one nnx.vmap and one nnx.scan per stack), same columns')
+    _print_timings(results['variable_scaling'])
+    grown = results['variable_growth']
+    counts = grown['ours']['variables']
+    print(f'growth with Variables ({", ".join(map(str, counts))}), ours / vanilla+workaround: '
+          f'exponent k of t ~ V**k from {counts[0]} to {counts[-1]} [from {counts[-2]}]; '
+          f'ms per added Variable from {counts[0]} to {counts[-1]} = ratio')
+    for name in TIMINGS:
+        ours, vanilla = grown['ours'][name], grown['vanilla+workaround'][name]
+        print(f'  {name:13s} k {ours["exponent"]:4.2f} [{ours["upper_exponent"]:4.2f}] / '
+              f'{vanilla["exponent"]:4.2f} [{vanilla["upper_exponent"]:4.2f}]   '
+              f'{1e3 * ours["per_variable"]:8.3f} / {1e3 * vanilla["per_variable"]:8.3f} '
+              f'= {grown["per_variable_ratios"][name]:4.2f}')
+    instructions = results['instructions']
+    print('\n5. Instructions of the main thread under callgrind (median of '
+          f'{config["instruction_repeats"]}, millions): ours/vanilla+workaround, ratio')
+    if 'skipped' in instructions:
+        print(f'   skipped: {instructions["skipped"]}')
+    else:
+        print(f'{"case":>6s} {"vars":>4s} ' + ' '.join(f'{name:>24s}' for name in INSTRUCTIONS))
+        for case in config['instruction_cases']:
+            entry = instructions[case]
+            ours, vanilla = entry['ours'], entry['vanilla+workaround']
+            cells = [f'{statistics.median(ours["instructions"][n]) / 1e6:.1f}/'
+                     f'{statistics.median(vanilla["instructions"][n]) / 1e6:.1f} '
+                     f'{entry["ratios"][n]:5.3f}' for n in INSTRUCTIONS]
+            print(f'{case:>6s} {ours["variables"]:4d} ' + ' '.join(f'{c:>24s}' for c in cells))
     print('\nTargets:' + (' (smoke mode: the timing targets mean nothing)'
                          if results['mode'] == 'smoke' else ''))
     for name, met in results['checks'].items():
@@ -386,6 +552,15 @@ def run(config: Config, ours_python: str, vanilla_python: str,
     results['collectives'] = [row for case, row in measured.items()
                               if case.program == 'collectives']
     results['overhead'] = overhead_table(measured)
+    results['variable_scaling'] = overhead_table(measured, grouped=True)
+    results['variable_growth'] = growth(results['variable_scaling'])
+    if config.instruction_cases:
+        results['instructions'] = run_instructions(pythons, config)
+        if report:
+            print(f'  {results["instructions"].get("seconds", 0):6.1f} s  instructions '
+                  '(callgrind, both interpreters at once)', file=sys.stderr, flush=True)
+    else:
+        results['instructions'] = {'skipped': 'no instruction_cases in this mode'}
     results['checks'] = checks(results)
     results['elapsed_seconds'] = time.perf_counter() - start
     if output is not None:

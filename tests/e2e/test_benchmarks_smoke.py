@@ -1,8 +1,11 @@
 """The benchmarks run (smoke mode), ours against vanilla in one run.
 
 Only what is size-independent is asserted: our optimizer state is at the
-ideal bytes per device, and our train step communicates exactly what vanilla
-with the documented workaround does. Timings at smoke sizes mean nothing.
+ideal bytes per device, our train step communicates exactly what vanilla
+with the documented workaround does, and the scaling models' Variable count
+grows with the number of stacks (4 per stack) for both, and, where valgrind
+and gcc are installed, the callgrind instruction counts ran for both. Timings
+and counts at smoke sizes mean nothing.
 """
 
 from __future__ import annotations
@@ -35,3 +38,19 @@ def test_benchmarks_smoke(vanilla_python: str) -> None:
     assert versions['ours']['flax'] != versions['vanilla']['flax'], versions
     assert results['checks']['memory: ours at ideal (per device)']
     assert results['checks']['collectives: ours == vanilla+workaround']
+    config = results['config']
+    for layers in config['variable_scaling']:
+        entry = results['variable_scaling'][str(layers)]
+        stacks = layers // config['group_size']
+        for label in ('ours', 'vanilla+workaround'):
+            assert entry[label]['groups'] == stacks, entry[label]
+            assert entry[label]['variables'] == 4 * stacks, entry[label]
+    instructions = results['instructions']
+    if bench.instructions_unavailable() is not None:
+        assert instructions == {'skipped': bench.instructions_unavailable()}
+        return
+    for case in config['instruction_cases']:
+        for label in ('ours', 'vanilla+workaround'):
+            counts = instructions[case][label]['instructions']
+            assert set(counts) == set(bench.INSTRUCTIONS), counts
+            assert all(count > 0 for values in counts.values() for count in values), counts
