@@ -6,8 +6,8 @@ this program runs under valgrind's callgrind, uninstrumented until a
 measured operation starts, and reads back the instructions the main thread
 executed between two marks (callgrind client requests, compiled from a
 five-line C file with the system's ``valgrind/callgrind.h``). The main thread
-runs all of flax's and jax's Python and dispatch code; XLA's worker threads,
-whose spin-waits make their counts vary from run to run, are left out.
+runs all of flax's and jax's Python and dispatch code; the other threads
+(XLA's runtime), whose counts vary from run to run, are left out.
 
 For each ``variant:layers[:groups]`` case it prints one JSON line with, per
 operation (``create``, ``scan_trace``, ``scan_compile``, ``optimizer``, as in
