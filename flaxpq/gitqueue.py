@@ -50,28 +50,19 @@ def git(
     """Run git in ``repo``; the user's global/system config is ignored unless
     ``user_config`` (for commits in the user's own checkouts)."""
     env = {**os.environ, **(env or {})}
-    if user_config:
-        result = subprocess.run(['git', *args], cwd=repo, env=env,
-                                capture_output=True, text=True)
-        return _checked(result, repo, args) if check else result
-    env.update(
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_CONFIG_NOSYSTEM='1',
-        GIT_AUTHOR_NAME=env.get('GIT_AUTHOR_NAME', 'flaxpq'),
-        GIT_AUTHOR_EMAIL=env.get('GIT_AUTHOR_EMAIL', 'flaxpq@localhost'),
-        GIT_COMMITTER_NAME=env.get('GIT_COMMITTER_NAME', 'flaxpq'),
-        GIT_COMMITTER_EMAIL=env.get('GIT_COMMITTER_EMAIL', 'flaxpq@localhost'),
-    )
+    if not user_config:
+        env.update(
+            GIT_CONFIG_GLOBAL=os.devnull,
+            GIT_CONFIG_NOSYSTEM='1',
+            GIT_AUTHOR_NAME=env.get('GIT_AUTHOR_NAME', 'flaxpq'),
+            GIT_AUTHOR_EMAIL=env.get('GIT_AUTHOR_EMAIL', 'flaxpq@localhost'),
+            GIT_COMMITTER_NAME=env.get('GIT_COMMITTER_NAME', 'flaxpq'),
+            GIT_COMMITTER_EMAIL=env.get('GIT_COMMITTER_EMAIL', 'flaxpq@localhost'),
+        )
     result = subprocess.run(
         ['git', *args], cwd=repo, env=env, capture_output=True, text=True
     )
-    return _checked(result, repo, args) if check else result
-
-
-def _checked(
-    result: subprocess.CompletedProcess[str], repo: Path, args: tuple[str, ...]
-) -> subprocess.CompletedProcess[str]:
-    if result.returncode != 0:
+    if check and result.returncode != 0:
         raise QueueError(
             f'git {" ".join(args)} failed in {repo}:\n'
             f'{result.stderr.strip() or result.stdout.strip()}'
