@@ -35,8 +35,7 @@ def main() -> None:
         'collectives': (bench_model.single_stack(collectives.measure, args.width),
                         {'width': args.width}),
         'overhead': (lambda case: overhead.measure(
-            case.layers, args.overhead_width, case.variant, args.repeats, args.warmup,
-            case.groups),
+            case, args.overhead_width, args.repeats, args.warmup),
             {'width': args.overhead_width}),
     }
     for item in args.cases.split(','):

@@ -25,6 +25,7 @@ stages or repeated layer patterns), so the number of Variables grows with
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -138,6 +139,7 @@ def count_variables(node: Any) -> int:
     return len(jax.tree.leaves(nnx.state(node)))
 
 
+@functools.cache
 def versions() -> dict[str, str]:
     """Versions of the packages being measured."""
     from importlib.metadata import version

@@ -4,8 +4,9 @@ Wall time on a shared 2-core machine moves by 5-15 % between processes, more
 than the 3 % the overhead targets ask to resolve. Instruction counts do not:
 this program runs under valgrind's callgrind, uninstrumented until a
 measured operation starts, and reads back the instructions the main thread
-executed between two marks (callgrind client requests, compiled from a
-five-line C file with the system's ``valgrind/callgrind.h``). The main thread
+executed between two marks (callgrind client requests in
+``callgrind_marks.c``, which the driver compiles against the system's
+``valgrind/callgrind.h`` and passes as ``--marks``). The main thread
 runs all of flax's and jax's Python and dispatch code; the other threads
 (XLA's runtime), whose counts vary from run to run, are left out.
 
@@ -19,52 +20,36 @@ Run it only through the driver (``run.py``), which starts it as::
     valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes \\
         --trace-children=yes --callgrind-out-file=DIR/callgrind.out.%p \\
         python instructions.py \\
-        --cases plain:64 --width D --repeats N --warmup N --out-dir DIR
+        --cases plain:64 --width D --repeats N --warmup N --out-dir DIR \\
+        --marks callgrind_marks.so
 """
 
 from __future__ import annotations
 
 import ctypes
-import subprocess
-import tempfile
+import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import bench_model
 from bench_model import jax
 from overhead import Operations
 
-MARKS_C = '''
-#include <valgrind/callgrind.h>
-void marks_start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
-void marks_stop(const char *name) {
-  CALLGRIND_DUMP_STATS_AT(name); CALLGRIND_STOP_INSTRUMENTATION;
-}
-'''
+T = TypeVar('T')
 
-
-def load_marks(build_dir: Path) -> ctypes.CDLL:
-    """Compile and load the callgrind marks (``marks_start``, ``marks_stop``)."""
-    source, library = build_dir / 'marks.c', build_dir / 'marks.so'
-    source.write_text(MARKS_C)
-    subprocess.run(['gcc', '-O1', '-shared', '-fPIC', '-o', str(library), str(source)],
-                   check=True)
+def load_marks(library: Path) -> ctypes.CDLL:
+    """Load the compiled ``callgrind_marks.c`` (``marks_start``, ``marks_stop``)."""
     marks = ctypes.CDLL(str(library))
     marks.marks_stop.argtypes = [ctypes.c_char_p]
     return marks
 
 
 def main_thread_instructions(out_dir: Path, dump: int) -> int:
-    """Instructions of the main thread (thread 1) in callgrind dump number ``dump``.
-
-    Only this process dumps by number (``callgrind.out[.PID].N-01``); a child
-    (gcc) traced by valgrind writes its counts once, at exit, unnumbered.
-    """
-    paths = list(out_dir.glob(f'callgrind.out*.{dump}-01'))
-    if len(paths) != 1:
-        raise RuntimeError(f'expected one callgrind dump {dump} in {out_dir}, found {paths}; '
-                           'run this program through run.py (under valgrind)')
-    (path,) = paths
+    """Instructions of the main thread (thread 1) in this process's dump ``dump``."""
+    path = out_dir / f'callgrind.out.{os.getpid()}.{dump}-01'
+    if not path.exists():
+        raise RuntimeError(f'no callgrind dump {path}; run this program through run.py '
+                           '(under valgrind)')
     for line in path.read_text().splitlines():
         if line.startswith(('summary:', 'totals:')):
             return int(line.split()[1])
@@ -77,33 +62,33 @@ class Counter:
     def __init__(self, out_dir: Path, marks: ctypes.CDLL) -> None:
         self.out_dir, self.marks, self.dumps = out_dir, marks, 0
 
-    def count(self, name: str, operation: Callable[[], Any]) -> int:
+    def count(self, name: str, operation: Callable[[], T]) -> tuple[int, T]:
+        """``(instructions, result)`` of ``operation()``; only the call is counted."""
+        label = name.encode()
         self.marks.marks_start()
-        operation()
-        self.marks.marks_stop(name.encode())
+        result = operation()
+        self.marks.marks_stop(label)
         self.dumps += 1
-        return main_thread_instructions(self.out_dir, self.dumps)
+        return main_thread_instructions(self.out_dir, self.dumps), result
 
 
-def measure(layers: int, width: int, variant: str, repeats: int, warmup: int,
-            groups: int, counter: Counter) -> dict[str, Any]:
+def measure(case: bench_model.CaseSpec, width: int, repeats: int, warmup: int,
+            counter: Counter) -> dict[str, Any]:
     """Instruction counts of one case (``warmup`` uncounted runs, then ``repeats``)."""
     counts: dict[str, list[int]] = {
         name: [] for name in ('create', 'scan_trace', 'scan_compile', 'optimizer')}
     with jax.set_mesh(bench_model.make_mesh()):
-        operations = Operations(layers, width, variant, groups)
+        operations = Operations(case.layers, width, case.variant, case.groups)
         for _ in range(warmup):
             operations.create()
             operations.lower().compile()
             operations.optimizer()
         for _ in range(repeats):
-            counts['create'].append(counter.count('create', operations.create))
-            lowered: list[jax.stages.Lowered] = []
-            counts['scan_trace'].append(
-                counter.count('scan_trace', lambda: lowered.append(operations.lower())))
-            counts['scan_compile'].append(
-                counter.count('scan_compile', lambda: lowered[0].compile()))
-            counts['optimizer'].append(counter.count('optimizer', operations.optimizer))
+            counts['create'].append(counter.count('create', operations.create)[0])
+            count, lowered = counter.count('scan_trace', operations.lower)
+            counts['scan_trace'].append(count)
+            counts['scan_compile'].append(counter.count('scan_compile', lowered.compile)[0])
+            counts['optimizer'].append(counter.count('optimizer', operations.optimizer)[0])
     return {'variables': bench_model.count_variables(operations.model), 'repeats': repeats,
             'warmup': warmup, 'instructions': counts}
 
@@ -112,14 +97,14 @@ def main() -> None:
     parser = bench_model.case_parser(__doc__.splitlines()[0], repeats=3)
     parser.add_argument('--out-dir', type=Path, required=True,
                         help="the directory of valgrind's --callgrind-out-file")
+    parser.add_argument('--marks', type=Path, required=True,
+                        help='callgrind_marks.c compiled as a shared library')
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as build_dir:
-        counter = Counter(args.out_dir, load_marks(Path(build_dir)))
-        bench_model.run_cases(
-            'instructions', args.cases,
-            lambda case: measure(case.layers, args.width, case.variant, args.repeats,
-                                 args.warmup, case.groups, counter),
-            width=args.width)
+    counter = Counter(args.out_dir, load_marks(args.marks))
+    bench_model.run_cases(
+        'instructions', args.cases,
+        lambda case: measure(case, args.width, args.repeats, args.warmup, counter),
+        width=args.width)
 
 
 if __name__ == '__main__':

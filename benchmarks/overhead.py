@@ -87,14 +87,14 @@ class Operations:
             nnx.Optimizer(self.model, optax.adam(1e-3), wrt=nnx.Param))
 
 
-def measure(layers: int, width: int, variant: str, repeats: int, warmup: int,
-            groups: int = 1) -> dict[str, Any]:
+def measure(case: bench_model.CaseSpec, width: int, repeats: int, warmup: int
+            ) -> dict[str, Any]:
     """Timings of one case (``warmup`` untimed runs, then ``repeats`` timed)."""
     names = ('create', 'scan_trace', 'scan_compile', 'scan_total', 'optimizer')
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     with jax.set_mesh(bench_model.make_mesh()):
-        operations = Operations(layers, width, variant, groups)
+        operations = Operations(case.layers, width, case.variant, case.groups)
         for run in range(warmup + repeats):
             laps: dict[str, tuple[float, float]] = {}
             clock = Clock()
@@ -125,8 +125,7 @@ def main() -> None:
     args = bench_model.case_parser(__doc__.splitlines()[0], repeats=7).parse_args()
     bench_model.run_cases(
         'overhead', args.cases,
-        lambda case: measure(case.layers, args.width, case.variant, args.repeats, args.warmup,
-                             case.groups),
+        lambda case: measure(case, args.width, args.repeats, args.warmup),
         width=args.width)
 
 
