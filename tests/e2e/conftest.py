@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from flaxpq.project import Project
+from tests.registry import download_registry_wheel
 
 
 @pytest.fixture(scope='session')
@@ -19,13 +17,8 @@ def vanilla_flax(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Put first on PYTHONPATH, it shadows our installed flax while every other
     dependency stays the venv's, so both run with the same jax and optax.
     """
-    pin = Project().pin()
     dest = tmp_path_factory.mktemp('vanilla')
-    subprocess.run(
-        [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps',
-         '--only-binary', ':all:', f'{pin.package}=={pin.version}', '-d', dest],
-        check=True, capture_output=True)
-    (wheel,) = dest.glob('*.whl')
+    wheel = download_registry_wheel(dest)
     site = dest / 'site'
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)

@@ -49,6 +49,12 @@ def make_mesh(names: tuple[str, ...], axis_type: str) -> jax.sharding.Mesh:
         raise NoMesh(f'{count} devices cannot form a {len(names)}-axis mesh '
                      f'with 2 devices on each of the first {len(names) - 1} axes')
     shape = (2,) * (len(names) - 1) + (count // leading,)
+    return exact_mesh(shape, names, axis_type)
+
+
+def exact_mesh(shape: tuple[int, ...], names: tuple[str, ...],
+               axis_type: str = 'auto') -> jax.sharding.Mesh:
+    """A mesh of exactly ``shape`` with every axis of ``axis_type``."""
     return jax.make_mesh(shape, names, axis_types=(AXIS_TYPES[axis_type],) * len(names))
 
 
@@ -199,6 +205,21 @@ def logical_names_in_jit(layers: int = 4, axis_type: str = 'auto',
         return describe(model, opt)
 
 
+@nnx.jit
+def train_step(model: Block, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
+    """One optimizer step of a scan-over-layers forward; returns the loss."""
+    def loss_fn(model: Block) -> jax.Array:
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def forward(block: Block, h: jax.Array) -> jax.Array:
+            return block(h)
+
+        return (forward(model, x) ** 2).mean()
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    optimizer.update(model, grads)
+    return loss
+
+
 def train_steps_keep_shardings(layers: int = 4, axis_type: str = 'auto',
                                steps: int = 3, width: int = 16) -> Report:
     """Scan-over-layers train step: shardings after `steps` equal the initial."""
@@ -207,19 +228,6 @@ def train_steps_keep_shardings(layers: int = 4, axis_type: str = 'auto',
         model = stacked_blocks(layers, width)
         optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
         before = describe(model, optimizer)
-
-        @nnx.jit
-        def train_step(model: Block, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
-            def loss_fn(model: Block) -> jax.Array:
-                @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
-                def forward(block: Block, h: jax.Array) -> jax.Array:
-                    return block(h)
-
-                return (forward(model, x) ** 2).mean()
-
-            loss, grads = nnx.value_and_grad(loss_fn)(model)
-            optimizer.update(model, grads)
-            return loss
 
         x = jax.random.normal(jax.random.key(0), (8, width))
         losses = [float(train_step(model, optimizer, x)) for _ in range(steps)]

@@ -1,10 +1,10 @@
 """One process of the 2-process x 4-CPU-device scan-over-layers run.
 
-``python -m tests.reliability.multiprocess_worker PORT PROCESS_ID OUT_JSON``
+``python -m tests.reliability.multiprocess_worker PORT PROCESS_ID OUT_JSON ARGS_JSON``
 joins a ``jax.distributed`` cluster of two processes on ``127.0.0.1:PORT``
 (gloo CPU collectives, 4 local CPU devices each), runs the e2e scenario
-``train_steps_keep_shardings`` on a 2x4 mesh spanning both processes and
-writes its report (shardings, metadata, losses) as JSON to ``OUT_JSON``.
+``train_steps_keep_shardings`` with the keyword arguments ``ARGS_JSON`` on a
+2x4 mesh spanning both processes and writes its report (shardings, metadata, losses) as JSON to ``OUT_JSON``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ LOCAL_DEVICES = 4
 NUM_PROCESSES = 2
 
 
-def main(port: int, process_id: int, out_path: str) -> None:
+def main(port: int, process_id: int, out_path: str, scenario_args: dict) -> None:
     """Join the cluster, run the scenario, write the report."""
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.config.update('jax_num_cpu_devices', LOCAL_DEVICES)
@@ -39,10 +39,10 @@ def main(port: int, process_id: int, out_path: str) -> None:
         assert jax.device_count() == NUM_PROCESSES * LOCAL_DEVICES, jax.devices()
 
         from tests.e2e import scenarios
-        from tests.reliability.common import make_mesh
+        from tests.e2e.scenarios import exact_mesh
 
-        report = scenarios.run('train_steps_keep_shardings', layers=4, steps=3)
-        mesh = make_mesh((2, 4), ('fsdp', 'tensor'), 'auto')
+        report = scenarios.run('train_steps_keep_shardings', **scenario_args)
+        mesh = exact_mesh((2, 4), ('fsdp', 'tensor'), 'auto')
         report['mesh_process_indices'] = sorted(
             {device.process_index for device in mesh.devices.flat})
         report['process_count'] = jax.process_count()
@@ -54,4 +54,4 @@ def main(port: int, process_id: int, out_path: str) -> None:
 
 
 if __name__ == '__main__':
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]))

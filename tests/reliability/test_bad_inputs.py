@@ -22,7 +22,7 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.reliability.common import make_mesh  # noqa: E402
+from tests.e2e.scenarios import exact_mesh  # noqa: E402
 from tests.e2e import scenarios  # noqa: E402
 
 AXES = ('fsdp', 'tensor')
@@ -50,7 +50,7 @@ class RawVmapped(nnx.Module):
 
 
 def mesh_2x4() -> jax.sharding.Mesh:
-    return make_mesh((2, 4), AXES, 'auto')
+    return exact_mesh((2, 4), AXES, 'auto')
 
 
 def snapshot(*nodes: Any) -> Snapshot:
@@ -149,7 +149,7 @@ def _three_layers_named() -> scenarios.Block:
 
 def test_stacked_dim_not_divisible(good: tuple[Any, Any]) -> None:
     before = snapshot(*good)
-    mesh = make_mesh((2, 2, 2), ('layers', *AXES), 'auto')
+    mesh = exact_mesh((2, 2, 2), ('layers', *AXES), 'auto')
     with jax.set_mesh(mesh):
         eager = raises(_three_layers_named)
         jitted = raises(lambda: nnx.jit(_three_layers_named)())

@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.reliability.common import make_mesh  # noqa: E402
+from tests.e2e.scenarios import exact_mesh  # noqa: E402
 from tests.e2e import checks, scenarios  # noqa: E402
 
 LAYERS, WIDTH = 4, 16
@@ -39,21 +39,6 @@ def init() -> tuple[scenarios.Block, nnx.Optimizer]:
     """The stacked model and its optimizer, as a fresh run builds them."""
     model = scenarios.stacked_blocks(LAYERS, WIDTH)
     return model, nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
-
-
-@nnx.jit
-def train_step(model: scenarios.Block, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
-    """One adamw step of a scan-over-layers forward; returns the loss."""
-    def loss_fn(model: scenarios.Block) -> jax.Array:
-        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
-        def forward(block: scenarios.Block, h: jax.Array) -> jax.Array:
-            return block(h)
-
-        return (forward(model, x) ** 2).mean()
-
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
-    optimizer.update(model, grads)
-    return loss
 
 
 def batch() -> jax.Array:
@@ -76,25 +61,25 @@ class Saved:
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Saved:
     """Train, checkpoint, then keep training without interruption."""
     directory = tmp_path_factory.mktemp('ckpt') / 'state'
-    mesh = make_mesh(MESH_SHAPES['2x4'], AXES, 'auto')
+    mesh = exact_mesh(MESH_SHAPES['2x4'], AXES, 'auto')
     with jax.set_mesh(mesh):
         model, optimizer = init()
         x = batch()
         for _ in range(STEPS_BEFORE_SAVE):
-            train_step(model, optimizer, x)
+            scenarios.train_step(model, optimizer, x)
         _, state = nnx.split((model, optimizer))
         values = {path: np.asarray(jax.device_get(leaf))
                   for path, leaf in flat_leaves(state).items()}
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(directory, state)
             checkpointer.wait_until_finished()
-        losses = [float(train_step(model, optimizer, x)) for _ in range(STEPS_AFTER_SAVE)]
+        losses = [float(scenarios.train_step(model, optimizer, x)) for _ in range(STEPS_AFTER_SAVE)]
     return Saved(directory, values, losses)
 
 
 @pytest.mark.parametrize('mesh_name', sorted(MESH_SHAPES))
 def test_restore_and_continue(saved: Saved, mesh_name: str) -> None:
-    mesh = make_mesh(MESH_SHAPES[mesh_name], AXES, 'auto')
+    mesh = exact_mesh(MESH_SHAPES[mesh_name], AXES, 'auto')
     graphdef, target = nnx.get_abstract_model(init, mesh)
     with ocp.StandardCheckpointer() as checkpointer:
         restored = checkpointer.restore(saved.directory, target)
@@ -116,5 +101,5 @@ def test_restore_and_continue(saved: Saved, mesh_name: str) -> None:
 
     with jax.set_mesh(mesh):
         x = batch()
-        losses = [float(train_step(model, optimizer, x)) for _ in range(STEPS_AFTER_SAVE)]
+        losses = [float(scenarios.train_step(model, optimizer, x)) for _ in range(STEPS_AFTER_SAVE)]
     np.testing.assert_allclose(losses, saved.losses_after_save, rtol=1e-5, atol=1e-6)

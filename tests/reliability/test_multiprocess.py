@@ -46,7 +46,8 @@ def run_two_processes(out_dir: Path) -> list[dict]:
         for i in range(2):
             with open(logs[i], 'w') as log:
                 procs.append(subprocess.Popen(
-                    [sys.executable, '-m', WORKER, str(port), str(i), str(outs[i])],
+                    [sys.executable, '-m', WORKER, str(port), str(i), str(outs[i]),
+                     json.dumps(SCENARIO_ARGS)],
                     cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
         for proc in procs:
             proc.wait(timeout=TIMEOUT_SECONDS)

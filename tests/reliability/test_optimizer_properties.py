@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, event, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.reliability.common import make_mesh  # noqa: E402
+from tests.e2e.scenarios import exact_mesh  # noqa: E402
 from tests.e2e import scenarios  # noqa: E402
 
 LAYERS, WIDTH = 4, 16
@@ -95,7 +95,7 @@ def transforms() -> st.SearchStrategy[Tx]:
 
 @functools.cache
 def model_on_mesh(stacked: bool, axis_type: str) -> tuple[nnx.Module, jax.sharding.Mesh]:
-    mesh = make_mesh((2, 4), ('fsdp', 'tensor'), axis_type)
+    mesh = exact_mesh((2, 4), ('fsdp', 'tensor'), axis_type)
     with jax.set_mesh(mesh):
         if stacked:
             return scenarios.stacked_blocks(LAYERS, WIDTH), mesh

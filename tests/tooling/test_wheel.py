@@ -18,6 +18,7 @@ import pytest
 from packaging.version import Version
 
 from flaxpq.project import REPO_ROOT, Project
+from tests.registry import download_registry_wheel
 from tests.tooling.helpers import make_patch, run
 
 PIN = Project().pin()
@@ -39,11 +40,7 @@ def _neutral(name: str) -> str:
 
 @pytest.fixture(scope='module')
 def registry_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp('registry')
-    run(sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps',
-        '--only-binary', ':all:', f'{PIN.package}=={PIN.version}', '-d', dest)
-    (wheel,) = dest.glob('*.whl')
-    return wheel
+    return download_registry_wheel(tmp_path_factory.mktemp('registry'))
 
 
 def build_with_pip(project_root: Path, out: Path) -> Path:
