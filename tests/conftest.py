@@ -1,4 +1,4 @@
-"""Fixtures for the end-to-end tests: vanilla flax, for side-by-side runs."""
+"""Shared fixtures: vanilla flax, for side-by-side runs (tests/e2e, tests/oracle)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,232 @@
+"""The oracle's rules: what ours must give, knowing what vanilla gave.
+
+Every divergence is tagged:
+- ``intended``: a check where the model says ours differs from vanilla (a
+  stacked-axis entry, what consumers derive from it, a #5112-family failure
+  of vanilla that ours must not have). With vanilla run as ours, exactly
+  these fail.
+- ``compat``: ours must equal vanilla here (values, array shardings,
+  errors, untouched models) and does not.
+- ``model``: vanilla disagrees with the model of vanilla; fix the model.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.oracle.programs import DEFAULT, MODES, Program, apply_axis_entry, \
+    expected_metadata, outer_axis, resolve
+
+Report = dict[str, Any]
+Divergence = tuple[str, str]  # (tag, message)
+FAMILY = re.compile(r'IndivisibleError|rank|divisible', re.IGNORECASE)
+STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
+          'optimizer', 'train_step')
+
+
+def _without(spec: dict[str, Any] | None, axis: int) -> dict[str, Any] | None:
+    if not spec or not spec['entries']:
+        return spec
+    entries = list(spec['entries'])
+    if axis < len(entries):
+        entries.pop(axis)
+    return {'type': spec['type'], 'entries': entries}
+
+
+class Comparison:
+    def __init__(self, program: Program, vanilla: Report, ours: Report):
+        self.program, self.vanilla, self.ours = program, vanilla, ours
+        self.found: list[Divergence] = []
+        generic = program.custom is None
+        self.expect_v = expected_metadata(program, 'vanilla') if generic else None
+        self.expect_o = expected_metadata(program, 'ours') if generic else None
+
+    def add(self, tag: str, message: str) -> None:
+        self.found.append((tag, message))
+
+    def intended(self, path: str, field: str = 'out_sharding') -> bool:
+        if self.expect_v is None:
+            return False
+        return self.expect_v[path][field] != self.expect_o[path][field]
+
+    def any_intended(self) -> bool:
+        return self.expect_v is not None and self.expect_v != self.expect_o
+
+    # ---------------------------------------------------------------------
+    def run(self) -> list[Divergence]:
+        v, o = self.vanilla, self.ours
+        if self.expect_v is not None and 'variables' in v:
+            self.check_metadata('vanilla', v['variables'], self.expect_v, 'model')
+        ours_should_run = self.expect_o is None or apply_axis_entry(self.program, self.expect_o)
+        if v['outcome'] == 'ok':
+            if not ours_should_run:
+                self.add('model', f'vanilla ran, but the model expects ours to fail')
+            if o['outcome'] != 'ok':
+                self.add('compat', f'ours failed at {o.get("failed_stage")} where vanilla ran: '
+                                   f'{o["outcome"]}')
+        else:
+            message = v['outcome']
+            family = bool(FAMILY.search(message)) or (
+                ours_should_run and 'Expected to remove' in message)
+            if family and ours_should_run:
+                if o['outcome'] != 'ok':
+                    self.add('intended', f'vanilla failed at {v["failed_stage"]} ({message}); '
+                                         f'ours must run but failed at {o.get("failed_stage")}: '
+                                         f'{o["outcome"]}')
+            elif o['outcome'] == 'ok':
+                self.add('compat', f'vanilla failed at {v["failed_stage"]} ({message}); ours ran')
+            elif not family and (o['error_type'], o['failed_stage']) != (
+                    v['error_type'], v['failed_stage']):
+                self.add('compat', f'vanilla failed at {v["failed_stage"]} with {message}; '
+                                   f'ours at {o["failed_stage"]} with {o["outcome"]}')
+            if o['outcome'] != 'ok' and o.get('unmutated') is False:
+                self.add('compat', f'ours mutated the model before failing: {o["outcome"]}')
+        self.check_ours_against_model()
+        self.check_equal_to_vanilla()
+        return self.found
+
+    def check_metadata(self, who: str, variables: dict[str, Any],
+                       expected: dict[str, Any], tag: str | None, where: str = '') -> None:
+        for path, entry in variables.items():
+            if path not in expected:
+                continue
+            for field, want in expected[path].items():
+                got = entry['metadata'][field]
+                if got != want:
+                    t = tag or ('intended' if self.intended(path, field) else 'compat')
+                    self.add(t, f'{who}{where} {path}.{field}: {got} expected {want}')
+
+    def check_ours_against_model(self) -> None:
+        o, program = self.ours, self.program
+        if self.expect_o is not None:
+            for key in ('variables', 'after_apply', 'after_train', 'eval_shape'):
+                if key in o:
+                    self.check_metadata('ours', o[key], self.expect_o, None, f' ({key})')
+            self.check_inside()
+            for key in ('partition_spec', 'named_sharding', 'abstract'):
+                for leaf in program.leaves if key in o else ():
+                    got = o[key][leaf.name]
+                    got = got['spec'] if key == 'abstract' else got
+                    want = resolve(self.expect_o[leaf.name]['out_sharding'], leaf, program)
+                    if got != want:
+                        tag = 'intended' if want != resolve(
+                            self.expect_v[leaf.name]['out_sharding'], leaf, program) else 'compat'
+                        self.add(tag, f'ours {key} {leaf.name}: {got} expected {want}')
+        for state_path, leaf in o.get('optimizer', {}).items():
+            param = leaf['mirrors']
+            if param is None:
+                continue
+            want = o['variables'][param]['sharding']
+            if leaf['sharding'] != want:
+                vleaf = self.vanilla.get('optimizer', {}).get(state_path)
+                vanilla_wrong = vleaf is None or vleaf['sharding'] != \
+                    self.vanilla['variables'][param]['sharding']
+                self.add('intended' if vanilla_wrong else 'compat',
+                         f'ours optimizer {state_path}: {leaf["sharding"]} but parameter '
+                         f'{param} is {want}')
+
+    def check_inside(self) -> None:
+        o, v, program = self.ours, self.vanilla, self.program
+        if 'apply' not in o or not o['apply']['inside']:
+            return
+        apply = program.apply
+        for leaf in program.leaves:
+            axis = outer_axis(program, leaf)
+            want_o = _without(self.expect_o[leaf.name]['out_sharding'], axis)
+            honoured = apply.partition != DEFAULT and MODES[apply.mode] == (True, True)
+            spec_v = self.expect_v[leaf.name]['out_sharding']
+            want_v = _without(spec_v, axis) if honoured else spec_v
+            got = o['apply']['inside'][0].get(leaf.name)
+            if got != want_o:
+                self.add('intended' if want_o != want_v else 'compat',
+                         f'ours inside {apply.kind} {leaf.name}: {got} expected {want_o}')
+            if 'apply' in v and v['apply']['inside'][0].get(leaf.name) != want_v:
+                self.add('model', f'vanilla inside {apply.kind} {leaf.name}: '
+                                  f'{v["apply"]["inside"][0].get(leaf.name)} expected {want_v}')
+
+    def check_equal_to_vanilla(self) -> None:
+        v, o = self.vanilla, self.ours
+        for key in ('variables', 'after_apply', 'after_train'):
+            if key not in v or key not in o:
+                continue
+            if sorted(v[key]) != sorted(o[key]):
+                self.add('compat', f'{key}: paths {sorted(o[key])} vs vanilla {sorted(v[key])}')
+                continue
+            for path, ve in v[key].items():
+                oe = o[key][path]
+                for field in ('type', 'dtype', 'shape', 'digest', 'sharding'):
+                    if ve[field] != oe[field]:
+                        self.add('compat', f'{key} {path}.{field}: ours {oe[field]}, '
+                                           f'vanilla {ve[field]}')
+                if self.expect_v is None and ve['metadata'] != oe['metadata']:
+                    self.add('compat', f'{key} {path} metadata: ours {oe["metadata"]}, '
+                                       f'vanilla {ve["metadata"]}')
+        if 'apply' in v and 'apply' in o and v['apply']['output'] != o['apply']['output']:
+            self.add('compat', f'apply output: ours {o["apply"]["output"]}, '
+                               f'vanilla {v["apply"]["output"]}')
+        for key in ('partition_spec', 'named_sharding', 'abstract'):
+            if key in v and key in o and self.expect_v is None and v[key] != o[key]:
+                self.add('compat', f'{key}: ours {o[key]}, vanilla {v[key]}')
+        if 'abstract' in v and 'abstract' in o:
+            for path, ve in v['abstract'].items():
+                if o['abstract'].get(path, {}).get('shape') != ve['shape']:
+                    self.add('compat', f'abstract {path} shape differs')
+        if 'eval_shape' in v and 'eval_shape' in o:
+            for path, ve in v['eval_shape'].items():
+                oe = o['eval_shape'].get(path, {})
+                if (oe.get('shape'), oe.get('dtype')) != (ve['shape'], ve['dtype']):
+                    self.add('compat', f'eval_shape {path}: ours {oe.get("shape")}, '
+                                       f'vanilla {ve["shape"]}')
+        for key in ('optimizer', 'optimizer_after_train'):
+            if key not in v or key not in o:
+                continue
+            if sorted(v[key]) != sorted(o[key]):
+                self.add('compat', f'{key} leaves: ours {sorted(o[key])}, vanilla {sorted(v[key])}')
+                continue
+            for path, ve in v[key].items():
+                oe = o[key][path]
+                if (oe['shape'], oe['digest']) != (ve['shape'], ve['digest']):
+                    self.add('compat', f'{key} {path}: values differ from vanilla')
+                if ve['mirrors'] is None and oe['sharding'] != ve['sharding']:
+                    self.add('compat', f'{key} {path}: ours {oe["sharding"]}, '
+                                       f'vanilla {ve["sharding"]}')
+        if 'losses' in v and 'losses' in o and v['losses'] != o['losses']:
+            self.add('compat', f'losses: ours {o["losses"]}, vanilla {v["losses"]}')
+
+
+def compare(program: Program, vanilla: Report, ours: Report) -> list[Divergence]:
+    return Comparison(program, vanilla, ours).run()
+
+
+def compare_scenario(program: Program, vanilla: Report, ours: Report) -> list[Divergence]:
+    """A regression guard of tests/e2e/scenarios.py: ours right, and equal where vanilla ran."""
+    from tests.e2e.checks import metadata_problems, optimizer_problems
+
+    v, o = vanilla['scenario'], ours['scenario']
+    found: list[Divergence] = []
+    if 'no_mesh' in v or 'no_mesh' in o:
+        return found
+    named = dict(program.arguments).get('named', False) or 'named' in program.custom
+    checks = [metadata_problems] + ([optimizer_problems] if 'opt_state' in v or 'opt_state' in o
+                                    or 'error' in v else [])
+    for check in checks:
+        problems_o = check(o)
+        if problems_o:
+            tag = 'intended' if check(v) else 'compat'
+            found += [(tag, f'ours: {p}') for p in problems_o]
+    if 'error' in v or 'error' in o:
+        return found
+    for path, pv in v['params'].items():
+        po = o['params'].get(path)
+        if po is None or (po['shape'], po['spec']) != (pv['shape'], pv['spec']):
+            found.append(('compat', f'{path}: ours {po}, vanilla {pv}'))
+            continue
+        stale = pv['out_sharding']
+        want = stale if named or not stale else [None, *stale]
+        if po['out_sharding'] != want:
+            found.append(('intended' if want != stale else 'compat',
+                          f'{path}.out_sharding: ours {po["out_sharding"]} expected {want}'))
+    if v.get('losses') != o.get('losses'):
+        found.append(('compat', f'losses: ours {o.get("losses")}, vanilla {v.get("losses")}'))
+    return found

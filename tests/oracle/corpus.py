@@ -1,0 +1,51 @@
+"""The oracle's fixed programs: the issue's rows and the e2e regression guards."""
+
+from __future__ import annotations
+
+from tests.e2e.test_side_by_side import CASES
+from tests.oracle.programs import DEFAULT, Apply, Leaf, Program, Spec, Stack
+
+ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
+W = (16, 32)
+
+
+def leaf(form: str, *entries: object, **kwargs: object) -> Leaf:
+    return Leaf('w', W, Spec(form, tuple(entries)), **kwargs)  # type: ignore[arg-type]
+
+
+def vmap(partition: str | None = DEFAULT, size: int = 2) -> Stack:
+    return Stack('vmap', size, 0, partition)
+
+
+ROWS = [
+    Program('row1 P(a,b) vmap PARTITION_NAME=None', (leaf('pspec', 'a', 'b'),),
+            (vmap(None),), consumers=ALL_CONSUMERS, optimizer='adam'),
+    Program('row2 unstacked short spec (a,)', (leaf('tuple', 'a'),),
+            consumers=ALL_CONSUMERS, optimizer='adam'),
+    Program('row2 MultiHeadAttention kernel (None, b)', custom='mha',
+            consumers=ALL_CONSUMERS[:4]),
+    Program('row3 scan PARTITION_NAME=a inside shard_map', (leaf('tuple', None, 'b'),),
+            (vmap('a'),), apply=Apply('scan', 'a', shard_map=True)),
+    Program('row4 explicit mesh: vmap a, then scan a', (leaf('tuple', None, 'b'),),
+            (vmap('a'),), mesh='explicit', apply=Apply('scan', 'a'),
+            consumers=ALL_CONSUMERS, optimizer='adam'),
+    Program('row5 vmap layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
+            (vmap(),), apply=Apply('vmap', 'layers')),
+    Program('row5 scan layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
+            (vmap(),), apply=Apply('scan', 'layers')),
+    Program('row6 short spec (a,) created in vmap', (leaf('tuple', 'a'),), (vmap(),),
+            consumers=ALL_CONSUMERS, optimizer='adam'),
+    Program('row7 jax.lax.scan stack, sharding_names by hand, Optimizer',
+            (leaf('tuple', 'a', 'b'),), custom='lax_scan_sharding_names',
+            consumers=('partition_spec',), optimizer='adam'),
+]
+
+SCENARIOS = [
+    Program(f'scenario {name} {arguments}', custom=f'scenario:{name}',
+            arguments=tuple(sorted(arguments.items())))
+    for name, arguments, _ in CASES
+] + [
+    Program('scenario logical_names_in_jit adafactor', custom='scenario:logical_names_in_jit',
+            arguments=(('optimizer', 'adafactor'),)),
+    Program('scenario train_steps_keep_shardings', custom='scenario:train_steps_keep_shardings'),
+]

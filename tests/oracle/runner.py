@@ -1,0 +1,347 @@
+"""Run oracle programs under whichever flax is importable; report as JSON.
+
+``python -m tests.oracle.runner`` is a worker: it reads one ``Program`` JSON
+per line on stdin and writes one report JSON per line on stdout, so JAX
+starts once per flax and hypothesis can shrink against live workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Iterator
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from flax import nnx  # noqa: E402
+from tests.oracle.programs import (  # noqa: E402
+    DEFAULT, EXTRA_KEY, EXTRA_VALUE, MODES, RULES, Apply, Leaf, Program, Spec,
+    program_from_json)
+
+Report = dict[str, Any]
+FIELDS = ('out_sharding', 'optimizer_sharding', EXTRA_KEY)
+AXIS_TYPES = {'auto': jax.sharding.AxisType.Auto, 'explicit': jax.sharding.AxisType.Explicit}
+
+
+# Describing what flax made -------------------------------------------------
+
+def jsonable_spec(x: Any) -> Any:
+    """A metadata value as {'type', 'entries'}; None stays None."""
+    if x is None:
+        return None
+    kind = {tuple: 'tuple', list: 'list', jax.sharding.PartitionSpec: 'pspec'}.get(
+        type(x), type(x).__name__)
+    try:
+        entries = [list(e) if isinstance(e, (tuple, list)) else e for e in x]
+    except TypeError:
+        entries = repr(x)
+    return {'type': kind, 'entries': entries}
+
+
+def sharding_of(value: Any) -> Any:
+    sharding = getattr(value, 'sharding', None)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = [list(e) if isinstance(e, tuple) else e for e in sharding.spec]
+        spec += [None] * (len(value.shape) - len(spec))
+        return {'spec': spec, 'mesh': [list(sharding.mesh.axis_names),
+                                       list(sharding.mesh.axis_sizes)]}
+    if sharding is None:
+        return None
+    return 'single-device' if len(sharding.device_set) == 1 else repr(sharding)
+
+
+def digest(value: Any) -> str:
+    array = np.asarray(jax.device_get(value))
+    return f'{array.dtype}{list(array.shape)}:' + hashlib.sha256(array.tobytes()).hexdigest()[:16]
+
+
+def path_str(path: tuple[Any, ...]) -> str:
+    return '/'.join(map(str, path))
+
+
+def describe(tree: Any, values: bool = True) -> dict[str, Any]:
+    """Every Variable: value digest, dtype/shape, array sharding, metadata fields."""
+    out = {}
+    for path, var in nnx.to_flat_state(nnx.state(tree)):
+        value = var.get_value()
+        metadata = var.get_metadata()
+        entry = {'type': type(var).__name__, 'dtype': str(value.dtype),
+                 'shape': list(value.shape),
+                 'metadata': {f: jsonable_spec(metadata.get(f)) for f in FIELDS}}
+        if values:
+            entry['digest'] = digest(value)
+            entry['sharding'] = sharding_of(value)
+        else:
+            entry['sharding'] = sharding_of(value)
+        out[path_str(path)] = entry
+    return out
+
+
+# The generic program --------------------------------------------------------
+
+def spec_object(spec: Spec | None) -> Any:
+    if spec is None:
+        return None
+    entries = [tuple(e) if isinstance(e, tuple) else e for e in spec.entries]
+    return {'tuple': tuple, 'list': list,
+            'pspec': lambda e: jax.sharding.PartitionSpec(*e)}[spec.form](entries)
+
+
+class Layer(nnx.Module):
+    """One Param per Leaf, values depending on ``seed`` (the layer index)."""
+
+    def __init__(self, leaves: tuple[Leaf, ...], seed: jax.Array):
+        self.names = tuple(leaf.name for leaf in leaves)
+        for i, leaf in enumerate(leaves):
+            size = int(np.prod(leaf.shape))
+            value = jnp.arange(size, dtype=jnp.float32).reshape(leaf.shape) / size + seed + i
+            metadata: dict[str, Any] = {}
+            if leaf.spec is not None:
+                metadata[leaf.key] = spec_object(leaf.spec)
+            if leaf.optimizer_spec is not None:
+                metadata['optimizer_sharding'] = spec_object(leaf.optimizer_spec)
+            if leaf.extra_spec is not None:
+                metadata[EXTRA_KEY] = spec_object(leaf.extra_spec)
+            if leaf.local_rules:
+                metadata['sharding_rules'] = RULES
+            setattr(self, leaf.name, nnx.Param(value, **metadata))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x + sum(jnp.mean(getattr(self, n)[...]) for n in self.names)
+
+
+def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
+    if level == len(program.stacks):
+        return Layer(program.leaves, seed)
+    stack = program.stacks[level]
+    graph, updates = MODES[stack.mode]
+    kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
+    if stack.partition != DEFAULT:
+        tm = {nnx.PARTITION_NAME: stack.partition}
+        if stack.extra:
+            tm[EXTRA_KEY] = EXTRA_VALUE
+        kwargs['transform_metadata'] = tm
+    xs = jnp.arange(stack.size, dtype=jnp.float32) * 10.0 ** (len(program.stacks) - level)
+
+    def layer(x: jax.Array) -> Layer:
+        return build(program, level + 1, seed + x)
+
+    if stack.decorator is not None:
+        layer = nnx.transform_metadata(layer, in_axes=0, out_axes=0, partition=stack.decorator)
+    if stack.kind == 'vmap':
+        return nnx.vmap(layer, in_axes=0, out_axes=stack.axis, **kwargs)(xs)
+    return nnx.scan(lambda c, x: (c, layer(x)), in_axes=(nnx.Carry, 0),
+                    out_axes=(nnx.Carry, 0), **kwargs)(jnp.zeros(()), xs)[1]
+
+
+def run_apply(program: Program, apply: Apply, model: Layer,
+              mesh: jax.sharding.Mesh | None) -> Report:
+    graph, updates = MODES[apply.mode]
+    kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
+    if apply.partition != DEFAULT:
+        kwargs['transform_metadata'] = {nnx.PARTITION_NAME: apply.partition}
+    axis = program.stacks[0].axis
+    axes: Any = nnx.StateAxes({nnx.Param: axis}) if apply.state_axes else axis
+    inside: list[Any] = []
+
+    def forward(m: Layer, x: jax.Array) -> jax.Array:
+        inside.append({path_str(p): jsonable_spec(v.get_metadata().get('out_sharding'))
+                       for p, v in nnx.to_flat_state(nnx.state(m))})
+        return m(x)
+
+    def body(m: Layer, x: jax.Array) -> jax.Array:
+        if apply.wrap == 'remat':
+            return nnx.remat(forward)(m, x)
+        if apply.wrap == 'cond':
+            return nnx.cond(x > -1e9, forward, lambda m, x: -forward(m, x), m, x)
+        return forward(m, x)
+
+    def call(m: Layer, x: jax.Array) -> jax.Array:
+        if apply.kind == 'vmap':
+            return nnx.vmap(body, in_axes=(axes, None), out_axes=0, **kwargs)(m, x)
+        return nnx.scan(lambda c, m: (body(m, c), c), in_axes=(nnx.Carry, axes),
+                        out_axes=(nnx.Carry, 0), **kwargs)(x, m)[0]
+
+    x = jnp.ones(())
+    if apply.shard_map:
+        graphdef, state = nnx.split(model)
+        P = jax.sharding.PartitionSpec
+        out = jax.shard_map(lambda s, x: call(nnx.merge(graphdef, s), x), mesh=mesh,
+                            in_specs=(P(), P()), out_specs=P())(state, x)
+    else:
+        out = call(model, x)
+    return {'output': digest(out), 'inside': inside[:1]}
+
+
+# Consumers -------------------------------------------------------------------
+
+def pspec_json(spec: Any) -> Any:
+    if isinstance(spec, jax.sharding.PartitionSpec):
+        return [list(e) if isinstance(e, tuple) else e for e in spec]
+    return repr(spec)
+
+
+def optimizer_tx(name: str) -> optax.GradientTransformation:
+    return {'adam': lambda: optax.adam(1e-2), 'sgd': lambda: optax.sgd(1e-2, momentum=0.9),
+            'adafactor': lambda: optax.adafactor(1e-2, min_dim_size_to_factor=8)}[name]()
+
+
+def describe_optimizer(optimizer: nnx.Optimizer, params: dict[str, Any]) -> dict[str, Any]:
+    """Every state leaf; ``mirrors``: the parameter it mirrors (same path tail, shape)."""
+    out = {}
+    for path, var in nnx.to_flat_state(nnx.state(optimizer, nnx.OptState)):
+        value = var.get_value()
+        name = path_str(path)
+        mirrors = next((p for p, v in params.items()
+                        if name.endswith('/' + p) and v['shape'] == list(value.shape)), None)
+        out[name] = {'shape': list(value.shape), 'digest': digest(value),
+                     'sharding': sharding_of(value), 'mirrors': mirrors}
+    return out
+
+
+@nnx.jit
+def train_step(model: nnx.Module, optimizer: nnx.Optimizer) -> jax.Array:
+    def loss_fn(model: nnx.Module) -> jax.Array:
+        params = nnx.state(model, nnx.Param)
+        return sum(jnp.mean(jnp.square(v[...] - 0.5)) for v in jax.tree.leaves(
+            params, is_leaf=lambda v: isinstance(v, nnx.Variable)))
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    optimizer.update(model, grads)
+    return loss
+
+
+def run_consumers(program: Program, model: nnx.Module, init: Callable[[], nnx.Module],
+                  mesh: jax.sharding.Mesh | None, report: Report, stage: list[str]) -> None:
+    state = nnx.state(model)
+    for consumer in program.consumers:
+        stage[0] = consumer
+        if consumer == 'partition_spec':
+            report[consumer] = {path_str(p): pspec_json(v.get_value()) for p, v in
+                                nnx.to_flat_state(nnx.get_partition_spec(state))}
+        elif consumer == 'named_sharding':
+            report[consumer] = {path_str(p): pspec_json(v.get_value().spec) for p, v in
+                                nnx.to_flat_state(nnx.get_named_sharding(state, mesh))}
+        elif consumer == 'abstract':
+            _, abstract = nnx.get_abstract_model(init, mesh)
+            report[consumer] = {
+                path_str(p): {'shape': list(v.get_value().shape),
+                              'spec': pspec_json(v.get_value().sharding.spec)}
+                for p, v in nnx.to_flat_state(abstract)}
+        elif consumer == 'eval_shape':
+            report[consumer] = describe(nnx.eval_shape(init), values=False)
+    if program.optimizer is not None:
+        stage[0] = 'optimizer'
+        optimizer = nnx.Optimizer(model, optimizer_tx(program.optimizer), wrt=nnx.Param)
+        report['optimizer'] = describe_optimizer(optimizer, report['variables'])
+        if 'train_step' in program.consumers:
+            stage[0] = 'train_step'
+            report['losses'] = [float(train_step(model, optimizer)).hex() for _ in range(2)]
+            report['after_train'] = describe(model)
+            report['optimizer_after_train'] = describe_optimizer(optimizer, report['variables'])
+
+
+# Hand-written programs -------------------------------------------------------
+
+def mha(program: Program) -> nnx.Module:
+    """Row 2: MultiHeadAttention with a short kernel spec (None, 'b')."""
+    return nnx.MultiHeadAttention(num_heads=4, in_features=16, qkv_features=16,
+                                  decode=False, rngs=nnx.Rngs(0),
+                                  kernel_metadata={'out_sharding': (None, 'b')})
+
+
+def lax_scan_sharding_names(program: Program) -> nnx.Module:
+    """Row 7: a raw jax.lax.scan stack, metadata written by hand (MaxText's nnx_scan.py)."""
+    leaves = program.leaves
+
+    def one(carry: Any, seed: jax.Array) -> tuple[Any, Any]:
+        return carry, nnx.split(Layer(leaves, seed))[1]
+
+    graphdef = nnx.split(Layer(leaves, 0.0))[0]
+    _, stacked = jax.lax.scan(one, None, jnp.arange(4, dtype=jnp.float32))
+    model = nnx.merge(graphdef, stacked)
+    for _, var in nnx.to_flat_state(nnx.state(model)):
+        old = var.get_metadata().get('out_sharding') or ()
+        var.set_metadata('sharding_names', (None, *old))
+    return model
+
+
+CUSTOM: dict[str, Callable[[Program], nnx.Module]] = {
+    'mha': mha, 'lax_scan_sharding_names': lax_scan_sharding_names}
+
+
+# Running ---------------------------------------------------------------------
+
+@contextlib.contextmanager
+def program_context(program: Program) -> Iterator[jax.sharding.Mesh | None]:
+    with contextlib.ExitStack() as stack:
+        mesh = None
+        if program.mesh != 'none':
+            mesh = jax.make_mesh((2, 4), ('a', 'b'), axis_types=(AXIS_TYPES[program.mesh],) * 2)
+            stack.enter_context(jax.set_mesh(mesh))
+        if program.context_rules:
+            stack.enter_context(nnx.logical_axis_rules(RULES))
+        yield mesh
+
+
+def run_scenario(program: Program) -> Report:
+    from tests.e2e import scenarios
+    return scenarios.run(program.custom.split(':', 1)[1], **dict(program.arguments))
+
+
+def run_program(program: Program) -> Report:
+    import flax
+    if program.custom and program.custom.startswith('scenario:'):
+        return {'flax_version': flax.__version__, 'scenario': run_scenario(program)}
+    report: Report = {'flax_version': flax.__version__, 'outcome': 'ok'}
+    stage = ['create']
+    model: Any = None
+    before: dict[str, Any] | None = None
+    try:
+        with program_context(program) as mesh:
+            if program.custom:
+                init = lambda: CUSTOM[program.custom](program)  # noqa: E731
+            else:
+                init = lambda: build(program)  # noqa: E731
+            model = init()
+            report['variables'] = describe(model)
+            if program.apply is not None:
+                stage[0] = 'apply'
+                before = report['variables']
+                report['apply'] = run_apply(program, program.apply, model, mesh)
+                report['after_apply'] = describe(model)
+                before = None
+            run_consumers(program, model, init, mesh, report, stage)
+    except Exception as e:  # noqa: BLE001 -- the outcome is the report
+        report['outcome'] = f'{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ""}'
+        report['error_type'] = type(e).__name__
+        report['failed_stage'] = stage[0]
+        report['traceback'] = traceback.format_exc(limit=-4)[-2000:]
+        if before is not None and model is not None:
+            report['unmutated'] = describe(model) == before
+    return report
+
+
+def main() -> None:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # flax or jax printing must not break the protocol
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        report = run_program(program_from_json(line))
+        out.write(json.dumps(report) + '\n')
+        out.flush()
+
+
+if __name__ == '__main__':
+    main()
