@@ -286,7 +286,9 @@ CUSTOM: dict[str, Callable[[Program], nnx.Module]] = {
 def program_context(program: Program) -> Iterator[jax.sharding.Mesh | None]:
     with contextlib.ExitStack() as stack:
         mesh = None
-        if program.mesh != 'none':
+        if program.mesh == 'none':  # metadata only: eager sharding needs a mesh
+            stack.enter_context(nnx.use_eager_sharding(False))
+        else:
             mesh = jax.make_mesh((2, 4), ('a', 'b'), axis_types=(AXIS_TYPES[program.mesh],) * 2)
             stack.enter_context(jax.set_mesh(mesh))
         if program.context_rules:
