@@ -229,7 +229,9 @@ def run_hook(tree: Path, venv: Path, hook: Hook, files: list[str]) -> collection
         elif line[:1] in '+-' and path:
             verb = 'would add' if line[0] == '+' else 'would change'
             findings[Finding(path, f'{verb} {_short(line[1:])}', line[1:])] += 1
-    for line in (result.stdout + result.stderr).splitlines():
+    # a hook that exits 0 passed (if it changed nothing): its talk is no finding
+    output = (result.stdout + result.stderr) if result.returncode else ''
+    for line in output.splitlines():
         for file in files:
             if file in line:
                 # line and column numbers move with the patch; the text does not
