@@ -186,7 +186,9 @@ def resolve(config: dict) -> tuple[list[Hook], list[str]]:
         for spec in repo.get('hooks', []):
             hook_id = spec.get('id', '?')
             stages = spec.get('stages', config.get('default_stages'))
-            if not package:
+            if url in ('local', 'meta'):
+                skipped.append(f'skip {hook_id} ({url}): {url} hooks are not run by flaxpq')
+            elif not package:
                 skipped.append(f'skip {hook_id} ({url}): no PyPI package known for '
                                'this hook repository (pre-commit would clone it '
                                'from GitHub, which is not reachable)')
