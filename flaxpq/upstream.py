@@ -81,27 +81,29 @@ def make_branch(checkout: Path, patches: list[Patch], patch: Patch, branch: str,
     depends on; return their names. On failure, abort the ``git am``,
     delete the branch, go back to where the checkout was, and raise naming
     the patch."""
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return git(checkout, *args, check=check, env=who.env, user_config=True)
+
     back = _current(checkout)
     applied = [*patchfile.dependencies(patches, patch), patch]
-    git(checkout, 'checkout', '--quiet', '-b', branch, base, user_config=True)
+    run('checkout', '--quiet', '-b', branch, base)
     with tempfile.TemporaryDirectory(prefix='flaxpq-pr-') as tmp:
         for p in applied:
             path = Path(tmp) / p.name
             path.write_bytes(mail(p, who))
-            result = git(checkout, 'am', '--keep', '--quiet',
-                         '--3way' if three_way else '--no-3way', str(path),
-                         check=False, env=who.env, user_config=True)
+            result = run('am', '--keep', '--quiet',
+                         '--3way' if three_way else '--no-3way', str(path), check=False)
             if result.returncode != 0:
-                git(checkout, 'am', '--abort', check=False, user_config=True)
-                git(checkout, 'checkout', '--quiet', '--force', back, user_config=True)
-                git(checkout, 'branch', '--quiet', '-D', branch, user_config=True)
+                run('am', '--abort', check=False)
+                run('checkout', '--quiet', '--force', back)
+                run('branch', '--quiet', '-D', branch)
                 needed = '' if p is patch else f' (needed by {patch.name})'
                 raise QueueError(
                     f'patch {p.name}{needed} does not apply to {checkout} at '
                     f'{base[:12]} ({"three-way" if three_way else "strict"} git am):\n'
                     f'{(result.stderr or result.stdout).strip()}\n'
                     f'{checkout} is back on {back}; branch {branch} was not made.')
-    git(checkout, 'checkout', '--quiet', back, user_config=True)
+    run('checkout', '--quiet', back)
     return [p.name for p in applied]
 
 
@@ -153,17 +155,18 @@ def report(project: Project, checkout: Path, who: Sender, prefix: str,
     back = _current(checkout)
     rows = []
     for patch in patches:
-        branch, detail, applied = f'{prefix}/{patch.stem}', '', []
+        branch, errors, applied = f'{prefix}/{patch.stem}', [], []
         for three_way in (False, True):
             try:
                 applied = make_branch(checkout, patches, patch, branch, base, who,
                                       three_way=three_way)
                 break
             except QueueError as e:
-                detail = next((line for line in str(e).splitlines()
-                               if line.startswith('error:')), str(e).splitlines()[0])
+                error = next((line for line in str(e).splitlines()
+                              if line.startswith('error:')), str(e).splitlines()[0])
+                errors.append(f'{"three-way" if three_way else "strict"}: {error}')
         if not applied:
-            rows.append(Status(patch.name, 'conflicts', '-', detail))
+            rows.append(Status(patch.name, 'conflicts', '-', '; '.join(errors)))
             continue
         how = 'three-way' if three_way else 'strict'
         by_name = {p.name: p for p in patches}
@@ -178,7 +181,7 @@ def report(project: Project, checkout: Path, who: Sender, prefix: str,
         git(checkout, 'checkout', '--quiet', '--force', back, user_config=True)
         last = (result.stdout.strip().splitlines() or [''])[-1]
         rows.append(Status(patch.name, how, 'pass' if result.returncode == 0 else 'FAIL',
-                           f'{" ".join(tests)}: {last}'))
+                           ' '.join(tests) + (f': {last}' if last else '')))
     return rows
 
 
