@@ -40,16 +40,20 @@ def series(queue: Project, pristine_sdist: Path, tmp_path: Path) -> list[str]:
     ])
 
 
+@pytest.fixture
+def clone(pristine_sdist: Path, tmp_path: Path, no_user_git_config: None) -> Path:
+    """A stand-in clone of upstream, with no git identity configured."""
+    return upstream_clone(pristine_sdist, tmp_path / 'clone')
+
+
 def diff(repo: Path, a: str, b: str) -> str:
     return gitqueue.git(repo, 'diff', '--full-index', a, b).stdout
 
 
 def test_one_branch_per_upstream_bound_patch(
-    queue: Project, series: list[str], pristine_sdist: Path, tmp_path: Path,
-    no_user_git_config: None,
+    queue: Project, series: list[str], clone: Path, tmp_path: Path
 ) -> None:
     first, second, third, ours = series
-    clone = upstream_clone(pristine_sdist, tmp_path / 'clone')
     assert cli.main(['--root', str(queue.root), 'apply-upstream', '--checkout', str(clone),
                      '--author', SENDER, '--prefix', 'pq']) == 0
     branches = gitqueue.git(clone, 'branch', '--format=%(refname:short)').stdout.split()
@@ -76,11 +80,7 @@ def test_one_branch_per_upstream_bound_patch(
                              'Signed-off-by: Ada Sender <ada@example.org>\n\n')
 
 
-def test_sender_defaults_to_git_config_and_must_be_set(
-    queue: Project, series: list[str], pristine_sdist: Path, tmp_path: Path,
-    no_user_git_config: None,
-) -> None:
-    clone = upstream_clone(pristine_sdist, tmp_path / 'clone')
+def test_sender_defaults_to_git_config_and_must_be_set(queue: Project, series: list[str], clone: Path) -> None:
     with pytest.raises(QueueError, match='--author "Name <email>"'):
         upstream.sender(clone)
     with pytest.raises(QueueError, match='is not "Name <email>"'):
@@ -90,12 +90,8 @@ def test_sender_defaults_to_git_config_and_must_be_set(
     assert upstream.sender(clone) == upstream.Sender('Bo Config', 'bo@example.org')
 
 
-def test_failing_patch_is_named_and_the_clone_left_clean(
-    queue: Project, series: list[str], pristine_sdist: Path, tmp_path: Path,
-    no_user_git_config: None,
-) -> None:
+def test_failing_patch_is_named_and_the_clone_left_clean(queue: Project, series: list[str], clone: Path) -> None:
     first, second, third, _ = series
-    clone = upstream_clone(pristine_sdist, tmp_path / 'clone')
     # upstream moved the line `first` edits: neither it nor `second` applies
     commit_edit(clone, 'flax/nnx/spmd.py', '# Transform axis change helpers',
                 '# Axis change helpers', 'upstream moves on\n')
