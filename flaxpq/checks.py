@@ -88,7 +88,8 @@ def _header_problems(patch: patchfile.Patch, order: dict[str, int]) -> list[str]
             f'body has {len(prose)} lines (at most {MAX_BODY_LINES}): keep the '
             'what and why short; the long reasoning goes into docs/upstream-pr.md')
     if wide := [i for i, line in enumerate(patch.body, 3) if len(line) > MAX_WIDTH]:
-        problems.append(f'body lines over {MAX_WIDTH} columns: message lines {wide}')
+        problems.append(f'body lines over {MAX_WIDTH} columns: message lines '
+                        f'{", ".join(map(str, wide))} (line 1 is the subject)')
     bugs, forwarded = patch.trailer('Bug'), patch.trailer('Forwarded')
     if not bugs:
         problems.append('no `Bug: <issue URL>` trailer')

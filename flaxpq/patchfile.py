@@ -63,12 +63,14 @@ class Patch:
     def files(self) -> list[FileDiff]:
         return parse_diff(self.diff.decode('utf-8', 'replace'))
 
+    def upstream_body(self) -> str:
+        """The body and the trailers other than ours (the upstream commit's)."""
+        kept = '\n'.join(f'{k}: {v}' for k, v in self.trailers if k not in OUR_TRAILERS)
+        return '\n\n'.join(p for p in ('\n'.join(self.body).strip(), kept) if p)
+
     def upstream_message(self) -> str:
-        """Subject, body and trailers other than ours: the upstream commit's."""
-        kept = [f'{k}: {v}' for k, v in self.trailers if k not in OUR_TRAILERS]
-        paragraphs = [self.subject, '\n'.join(self.body).strip()]
-        paragraphs.append('\n'.join(kept))
-        return '\n\n'.join(p for p in paragraphs if p) + '\n'
+        """The upstream commit's message: subject, then the upstream body."""
+        return '\n\n'.join(p for p in (self.subject, self.upstream_body()) if p) + '\n'
 
 
 def read(path: Path) -> Patch:

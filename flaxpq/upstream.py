@@ -61,7 +61,7 @@ def mail(patch: Patch, who: Sender) -> bytes:
             f'From: {who.name} <{who.email}>\n'
             f'Date: {email.utils.formatdate(localtime=True)}\n'
             f'Subject: {patch.subject}\n\n'
-            f'{patch.upstream_message().split(chr(10), 2)[-1].strip()}\n---\n')
+            f'{patch.upstream_body()}\n---\n')
     return head.encode() + patch.diff
 
 

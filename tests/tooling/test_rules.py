@@ -43,7 +43,7 @@ def test_good_headers_pass_and_the_trailers_parse(
     (message('nnx: clarify add_axis docstring.'), 'ends with a period'),
     (message('nnx: clarify add_axis docstring', '\n'.join(['Why.'] * 13)),
      'body has 13 lines (at most 12)'),
-    (message('nnx: clarify add_axis docstring', 'x' * 73), 'over 72 columns: message lines [3]'),
+    (message('nnx: clarify add_axis docstring', 'x' * 73), 'over 72 columns: message lines 3 (line 1 is the subject)'),
     ('nnx: clarify add_axis docstring\n\nBody.\n\nForwarded: no\n',
      'no `Bug: <issue URL>` trailer'),
     (message('nnx: clarify add_axis docstring', forwarded='maybe'),
