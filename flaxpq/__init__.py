@@ -10,7 +10,10 @@ Modules, in the order the data flows:
 * :mod:`flaxpq.sdist` -- fetch the pinned sdist with pip and verify its hash.
 * :mod:`flaxpq.gitqueue` -- materialize (sdist + ``git am``) and export
     (``git format-patch``) the patch queue.
+* :mod:`flaxpq.patchfile` -- one patch: subject, body, our trailers, diff.
 * :mod:`flaxpq.checks` -- the invariants CI enforces on the queue.
+* :mod:`flaxpq.hooks` -- upstream's pre-commit hooks, tools from PyPI.
+* :mod:`flaxpq.upstream` -- the PR kit: one upstream branch per patch.
 * :mod:`flaxpq.wheel` -- build the patched ``flax`` wheel, stamping the label.
 * :mod:`flaxpq.backend` -- the PEP 517 in-tree build backend.
 * :mod:`flaxpq.cli` -- ``python -m flaxpq ...``.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-from flaxpq import QueueError, checks, gitqueue, sdist, wheel
+from flaxpq import QueueError, checks, gitqueue, hooks, patchfile, sdist, upstream, wheel
 from flaxpq.project import Project
 
 
@@ -33,11 +36,27 @@ def main(argv: list[str] | None = None) -> int:
     mb = commands.add_parser('mbox', help='write the series as one mbox (for git am or a PR)')
     mb.add_argument('--out', type=Path, required=True)
     up = commands.add_parser(
-        'apply-upstream', help='create a branch in a clone of upstream flax and git am the series')
-    up.add_argument('--checkout', type=Path, required=True)
-    up.add_argument('--branch', default='nnx-axis-metadata')
+        'apply-upstream', help='in a clone of upstream flax, one branch per '
+        'upstream-bound patch (<prefix>/<patch stem>), committed by the sender')
+    rep = commands.add_parser(
+        'upstream-report', help='each upstream-bound patch on a clone of upstream '
+        '(strict, then three-way), its touched tests run; a markdown table')
+    for sub in (up, rep):
+        sub.add_argument('--checkout', type=Path, required=True)
+        sub.add_argument('--author', help='"Name <email>" of the sender; default: '
+                         "git's user.name and user.email in the checkout")
+        sub.add_argument('--prefix', help='branch prefix; default: the label name '
+                         'of upstream.toml (e.g. nnxaxis)')
     up.add_argument('--three-way', action='store_true', help='let git am try a 3-way merge')
-    commands.add_parser('check', help='the invariants CI enforces')
+    rep.add_argument('--test-command', help='e.g. "python -m pytest -q"; the '
+                     'touched test files are appended; default: no tests')
+    rep.add_argument('--summary', type=Path, help='append the table to this file '
+                     '(default: $GITHUB_STEP_SUMMARY if set)')
+    chk = commands.add_parser('check', help='the invariants CI enforces')
+    chk.add_argument('--no-hooks', action='store_true',
+                     help="skip upstream's pre-commit hooks")
+    commands.add_parser('hooks', help="upstream's pre-commit hooks on the files of "
+                        'the upstream-bound patches (new findings only)')
     whl = commands.add_parser('wheel', help='build the patched flax wheel')
     whl.add_argument('--out', type=Path, default=Path('dist'))
     commands.add_parser('version', help="print our wheel's version")
@@ -68,17 +87,33 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == 'mbox':
             args.out.write_bytes(gitqueue.mbox(project))
             print(f'{args.out}: {len(project.series())} patch(es)')
-        elif args.command == 'apply-upstream':
-            applied = gitqueue.apply_to_checkout(
-                project, args.checkout, args.branch, three_way=args.three_way)
-            print(f'{args.checkout}: branch {args.branch} with {len(applied)} patch(es)')
+        elif args.command in ('apply-upstream', 'upstream-report'):
+            who = upstream.sender(args.checkout, args.author)
+            prefix = args.prefix or project.pin().label.split('.')[0]
+            if args.command == 'apply-upstream':
+                branches = upstream.apply_upstream(
+                    project, args.checkout, who, prefix, three_way=args.three_way)
+                for branch, names in branches.items():
+                    print(f'{args.checkout}: {branch}: {", ".join(names)}')
+            else:
+                command = shlex.split(args.test_command) if args.test_command else None
+                rows = upstream.report(project, args.checkout, who, prefix, command)
+                table = upstream.markdown(rows, str(args.checkout))
+                print(table)
+                summary = args.summary or os.environ.get('GITHUB_STEP_SUMMARY')
+                if summary:
+                    with open(summary, 'a') as f:
+                        f.write(table)
+                return 1 if any(r.applies == 'conflicts' or r.tests == 'FAIL'
+                                for r in rows) else 0
         elif args.command == 'check':
-            problems = checks.run_all(project, sdist.fetch(project.pin()))
-            for problem in problems:
-                print(f'FAIL {problem}')
-            if problems:
-                return 1
-            print(f'check: {len(project.series())} patch(es), all invariants hold')
+            results = checks.run_checks(
+                project, sdist.fetch(project.pin()), hooks=not args.no_hooks)
+            return print_checks(results, len(project.series()))
+        elif args.command == 'hooks':
+            report = run_hooks(project)
+            print('\n'.join([*report.notes, *(f'FAIL {p}' for p in report.problems)]))
+            return 1 if report.problems else 0
         elif args.command == 'wheel':
             print(wheel.build_wheel(project, args.out))
         elif args.command == 'version':
@@ -87,3 +122,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f'error: {e}', file=sys.stderr)
         return 2
     return 0
+
+
+def print_checks(results: list[checks.Check], patches: int) -> int:
+    """Each check with its time, info lines and problems; 1 if any failed."""
+    failed = 0
+    for check in results:
+        verdict = f'{len(check.problems)} problem(s)' if check.problems else 'ok'
+        print(f'== {check.name} ({check.seconds:.1f} s): {verdict}')
+        for line in check.info:
+            print(f'   {line}')
+        for problem in check.problems:
+            print(f'FAIL {problem}')
+        failed += len(check.problems)
+    if failed:
+        print(f'check: {failed} problem(s) in {patches} patch(es)')
+        return 1
+    print(f'check: {patches} patch(es), all invariants hold')
+    return 0
+
+
+def run_hooks(project: Project) -> hooks.Report:
+    """The hooks step of ``check`` on a fresh materialized tree."""
+    sdist_path = sdist.fetch(project.pin())
+    with tempfile.TemporaryDirectory(prefix='flaxpq-hooks-') as tmp:
+        tree = Path(tmp) / 'tree'
+        gitqueue.materialize(project, sdist_path, tree)
+        head = gitqueue.git(tree, 'rev-parse', 'HEAD').stdout.strip()
+        bound = [p for p in patchfile.read_series(project) if p.upstream_bound]
+        return hooks.run(tree, gitqueue.UPSTREAM_TAG, head, bound, hooks.tools_dir(project))

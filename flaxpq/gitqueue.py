@@ -183,29 +183,3 @@ def export(project: Project, src: Path) -> list[str]:
 def mbox(project: Project) -> bytes:
     """The series as one mbox, in order: what ``git am`` or a mailer takes."""
     return b''.join((project.patches_dir / name).read_bytes() for name in project.series())
-
-
-def apply_to_checkout(
-    project: Project, checkout: Path, branch: str, *, three_way: bool = False
-) -> list[str]:
-    """Create ``branch`` at ``checkout``'s HEAD and ``git am`` the series onto it.
-
-    ``checkout`` is a clone of upstream flax (a release tag or main). Uses the
-    user's git identity and config, as any commit there would. On failure the
-    checkout is left mid-``git am`` with the failing patch named.
-    """
-    if not (checkout / '.git').exists():
-        raise QueueError(f'{checkout} is not a git checkout of upstream flax.')
-    git(checkout, 'checkout', '-b', branch, user_config=True)
-    for name in project.series():
-        flags = ['--3way'] if three_way else ['--no-3way']
-        applied = git(checkout, 'am', '--keep', *flags, str(project.patches_dir / name),
-                      check=False, user_config=True)
-        if applied.returncode != 0:
-            raise QueueError(
-                f'patch {name} does not apply to {checkout} '
-                f'({"three-way" if three_way else "strict"}):\n'
-                f'{(applied.stderr or applied.stdout).strip()}\n'
-                f'Inspect with `git -C {checkout} am --show-current-patch=diff`.'
-            )
-    return project.series()

@@ -20,12 +20,18 @@ def commit_edit(
     gitqueue.git(tree, 'commit', '--quiet', '-a', '-m', message)
 
 
-GOOD_MESSAGE = (
-    'nnx: clarify add_axis docstring\n\n'
-    'A throwaway change made by the tooling tests.\n\n'
-    'Bug: https://github.com/google/flax/issues/5112\n'
-    'Forwarded: no\n'
-)
+def message(subject: str, body: str = 'A throwaway change made by the tooling tests.',
+            *trailers: str, forwarded: str = 'no') -> str:
+    """A commit message following our patch header rules (docs/maintainers.md)."""
+    lines = ['Bug: https://github.com/google/flax/issues/5112', f'Forwarded: {forwarded}',
+             *trailers]
+    return f'{subject}\n\n{body}\n\n' + '\n'.join(lines) + '\n'
+
+
+GOOD_MESSAGE = message('nnx: clarify add_axis docstring')
+# Edits of pristine upstream that do not overlap: (path, old, new).
+SPMD_EDIT = ('flax/nnx/spmd.py', '# Transform axis change helpers',
+             '# Transform axis change helpers (patched)')
 
 
 def make_patch(queue: Project, sdist_path: Path, tmp_path: Path,
@@ -40,6 +46,28 @@ def make_patch(queue: Project, sdist_path: Path, tmp_path: Path,
     gitqueue.export(queue, tree)
     (name,) = queue.series()
     return name
+
+
+def make_queue(queue: Project, sdist_path: Path, tmp_path: Path,
+               commits: list[tuple[tuple[str, str, str], str]]) -> list[str]:
+    """Make ``queue`` hold exactly one patch per (edit, message) on pristine
+    upstream; return the series. The tree stays in ``tmp_path / 'tree'``."""
+    gitqueue.write_queue(queue.patches_dir, {})
+    tree = tmp_path / 'tree'
+    gitqueue.materialize(queue, sdist_path, tree, force=True)
+    for (path, old, new), msg in commits:
+        commit_edit(tree, path, old, new, msg)
+    gitqueue.export(queue, tree)
+    return queue.series()
+
+
+def upstream_clone(sdist_path: Path, dest: Path) -> Path:
+    """A stand-in clone of upstream: the pristine sdist as commit 1 of main."""
+    gitqueue.unpack_sdist(sdist_path, dest)
+    gitqueue.git(dest, 'init', '--quiet', '--initial-branch=main')
+    gitqueue.git(dest, 'add', '--all', '--force')
+    gitqueue.git(dest, 'commit', '--quiet', '-m', 'upstream')
+    return dest
 
 
 def run(*args: str | Path, cwd: Path | None = None) -> str:

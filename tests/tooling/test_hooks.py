@@ -1,0 +1,93 @@
+"""Upstream's pre-commit hooks (from the sdist's .pre-commit-config.yaml)
+on the files of upstream-bound patches: only what a patch introduces fails.
+
+The tools come from the package registry into build/hook-tools (shared with
+`python -m flaxpq check`), so the first run installs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flaxpq import cli, gitqueue, hooks, patchfile
+from flaxpq.project import REPO_ROOT, Project
+from tests.tooling.helpers import SPMD_EDIT, commit_edit, make_queue, message
+
+SPMD_IMPORT = ('flax/nnx/spmd.py', 'import typing as tp\n', 'import typing as tp\nimport os\n')
+TRAILING = ('flax/nnx/training/optimizer.py', 'class OptArray(OptState):',
+            'class OptArray(OptState):   ')
+GUIDE = ('docs_nnx/guides/transforms.md',
+         'In general, JAX transformations (transforms) operate on',
+         'In general, JAX transforms operate on')
+
+
+@pytest.fixture(autouse=True)
+def shared_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(hooks.TOOLS_ENV, str(REPO_ROOT / 'build' / 'hook-tools'))
+
+
+def test_hooks_blame_what_each_patch_introduces(
+    queue: Project, pristine_sdist: Path, tmp_path: Path
+) -> None:
+    unused, spaces, guide, ours = make_queue(queue, pristine_sdist, tmp_path, [
+        (SPMD_IMPORT, message('nnx: import os')),
+        (TRAILING, message('nnx: pad OptArray')),
+        (GUIDE, message('docs: shorten the transforms guide')),
+        (SPMD_EDIT, message('nnx: our own tweak   ', forwarded='not-needed')),
+    ])
+    report = cli.run_hooks(queue)
+    found = '\n'.join(report.problems)
+    assert (f"{unused}: pre-commit hook ruff (ruff==0.1.3) fails on flax/nnx/spmd.py: "
+            "would change 'import os'") in found
+    assert (f'{spaces}: pre-commit hook trailing-whitespace (pre-commit-hooks==5.0.0) '
+            "fails on flax/nnx/training/optimizer.py: would change 'class OptArray(OptState):   '"
+            ) in found
+    # the .md changed without its paired notebook: jupytext --sync rewrites the .ipynb
+    assert (f'{guide}: pre-commit hook jupytext (jupytext==1.13.8) fails on '
+            'docs_nnx/guides/transforms.ipynb') in found
+    assert ours not in found
+    assert len(report.problems) == 3, found
+    assert any(n.startswith('pyupgrade (pyupgrade==3.16.0): 2 file(s)') for n in report.notes)
+
+
+def test_hooks_ignore_what_the_base_already_had(
+    pristine_sdist: Path, queue: Project, tmp_path: Path
+) -> None:
+    """A violation already upstream (here: in a stand-in base commit) does
+    not count against a patch touching the same file elsewhere."""
+    tree = tmp_path / 'tree'
+    gitqueue.materialize(queue, pristine_sdist, tree)
+    commit_edit(tree, *TRAILING, 'base with trailing whitespace\n')
+    gitqueue.git(tree, 'tag', 'base')
+    commit_edit(tree, 'flax/nnx/training/optimizer.py', 'class OptVariable(OptState):',
+                'class OptVariable(OptState):  # patched', message('nnx: mark OptVariable'))
+    out = tmp_path / 'patch'
+    gitqueue.git(tree, 'format-patch', *gitqueue.FORMAT_PATCH_FLAGS, '-o', str(out), '-1')
+    (patch_file,) = out.iterdir()
+    report = hooks.run(tree, 'base', 'HEAD', [patchfile.read(patch_file)],
+                       hooks.tools_dir(queue))
+    assert report.problems == []
+    assert any(n.startswith('trailing-whitespace') and 'no new finding' in n
+               for n in report.notes)
+
+
+def test_hook_repos_without_a_pypi_package_are_skipped_with_the_reason() -> None:
+    config = {'repos': [
+        {'repo': 'https://github.com/asottile/pyupgrade', 'rev': 'v3.16.0',
+         'hooks': [{'id': 'pyupgrade', 'args': ['--py310-plus'], 'exclude': '^examples/'}]},
+        {'repo': 'https://github.com/example/only-on-github', 'rev': 'v1',
+         'hooks': [{'id': 'mystery'}]},
+        {'repo': 'local', 'hooks': [{'id': 'mine', 'entry': 'true', 'language': 'system'}]},
+    ]}
+    (hook,), skipped = hooks.resolve(config)
+    assert hook.requirement == 'pyupgrade==3.16.0'
+    assert hook.args == ('--py310-plus',)
+    assert hook.selects('flax/x.py', {'file', 'text', 'python'})
+    assert not hook.selects('examples/x.py', {'file', 'text', 'python'})
+    assert not hook.selects('flax/x.md', {'file', 'text', 'markdown'})
+    assert len(skipped) == 2
+    assert skipped[0].startswith('skip mystery (https://github.com/example/only-on-github): '
+                                 'no PyPI package known')
+    assert skipped[1] == 'skip mine (local): local hooks are not run by flaxpq'
