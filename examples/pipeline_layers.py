@@ -4,9 +4,11 @@ The blocks of ``scan_over_layers.py`` are stacked with
 ``transform_metadata={nnx.PARTITION_NAME: 'layers'}`` on a 2x2x2 mesh
 ``('layers', 'fsdp', 'tensor')``: each half of the stack lives on its own
 half of the devices (pipeline-style placement of the weights), each
-parameter's ``out_sharding`` starts with ``'layers'``, and the arrays are
-actually sharded along it, here under ``jax.jit``. The optimizer state
-follows, and a few training steps run with ``nnx.scan`` over the layers.
+parameter's ``out_sharding`` starts with ``'layers'``. The transform only
+declares that layout; the sharded init of the gspmd guide applies it under
+``nnx.jit`` (constrain the state to ``nnx.get_partition_spec``). The
+optimizer state follows the arrays, and a few training steps run with
+``nnx.scan`` over the layers.
 
 Run: ``python examples/pipeline_layers.py``.
 """
@@ -56,8 +58,15 @@ def main() -> list[float]:
     mesh = jax.make_mesh((2, 2, 2), ('layers', 'fsdp', 'tensor'),
                          axis_types=(jax.sharding.AxisType.Auto,) * 3)
     with jax.set_mesh(mesh):
-        graphdef, state = jax.jit(lambda: nnx.split(create_stack()))()
-        blocks = nnx.merge(graphdef, state)
+        @nnx.jit
+        def create_sharded_stack() -> Block:
+            blocks = create_stack()
+            state = nnx.state(blocks)
+            specs = nnx.get_partition_spec(state)
+            nnx.update(blocks, jax.lax.with_sharding_constraint(state, specs))
+            return blocks
+
+        blocks = create_sharded_stack()
         optimizer = nnx.Optimizer(blocks, optax.adamw(1e-3), wrt=nnx.Param)
         print(f'mesh {dict(mesh.shape)}')
         print_shardings(blocks, optimizer)  # the layer axis is sharded over 'layers'

@@ -156,17 +156,24 @@ def vmap_stack_with_optimizer(layers: int = 3, axis_type: str = 'auto',
 
 
 def named_layers_under_jit(layers: int = 2, axis_type: str = 'auto', width: int = 16) -> Report:
-    """PARTITION_NAME 'layers' model built under jax.jit: kernel P('layers','fsdp','tensor')."""
-    mesh = make_mesh(('layers', 'fsdp', 'tensor'), axis_type)
-    with jax.set_mesh(mesh):
-        @jax.jit
-        def build() -> Any:
-            model = stacked_blocks(layers, width, {nnx.PARTITION_NAME: 'layers'})
-            return nnx.split(model)
+    """PARTITION_NAME 'layers' stack, sharded by the gspmd guide's recipe.
 
-        graphdef, state = build()
-        model = nnx.merge(graphdef, state)
-        return describe(model)
+    The transform only declares the layout in the metadata; the sharded init
+    (constrain the state to ``nnx.get_partition_spec`` under jit) applies it:
+    kernel P('layers', 'fsdp', 'tensor').
+    """
+    mesh = make_mesh(('layers', 'fsdp', 'tensor'), axis_type)
+    constrain = (jax.sharding.reshard if axis_type == 'explicit'
+                 else jax.lax.with_sharding_constraint)
+    with jax.set_mesh(mesh):
+        @nnx.jit
+        def build() -> Block:
+            model = stacked_blocks(layers, width, {nnx.PARTITION_NAME: 'layers'})
+            state = nnx.state(model)
+            nnx.update(model, constrain(state, nnx.get_partition_spec(state)))
+            return model
+
+        return describe(build())
 
 
 class LogicalBlock(nnx.Module):

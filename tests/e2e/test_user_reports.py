@@ -35,7 +35,7 @@ def test_vmap_stack_then_optimizer(layers: int, axis_type: str, under_jit: bool)
 
 
 @pytest.mark.parametrize('axis_type', ['auto', 'explicit'])
-def test_named_layer_axis_under_jit_shards_the_arrays(axis_type: str) -> None:
+def test_named_layer_axis_sharded_by_the_gspmd_recipe(axis_type: str) -> None:
     report = run('named_layers_under_jit', axis_type=axis_type)
     assert metadata_problems(report) == []
     kernel = report['params']['up/kernel']

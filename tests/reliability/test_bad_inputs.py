@@ -1,15 +1,29 @@
 """Deliverable 4: what our flax does with bad sharding inputs (docs/bad-inputs.md).
 
-Each test pins the behaviour of one row of the table: the exception type,
-the message (Variable, path where known, shape, annotation, the fix), and that
-the model and optimizer involved are unchanged afterwards (values, shardings,
-metadata). Row 2 (a spec shorter than the array) is accepted at creation, as
-JAX and upstream flax allow it, and rejected by the consumers.
+Every case below is one cell of the table in docs/bad-inputs.md: a bad input
+run on one flax, summarised as an outcome (the exception's type and message,
+or what the program got). The tests
+
+- pin ours' outcome (exception type, key parts of the message, or the
+  result), and that the model and optimizer living next to the bad input are
+  unchanged afterwards;
+- run the same cases under vanilla flax 0.12.12 (the ``vanilla_flax`` fixture
+  of tests/conftest.py, one subprocess for all cases) and require the same
+  outcome, exception type and message, for every case where the series must
+  behave as vanilla (I0, the drop-in rule), and a different one only where
+  the #5112 fix deliberately changes it.
+
+``python -m tests.reliability.test_bad_inputs`` prints the outcomes of all
+cases as JSON for the flax it imports.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -22,21 +36,25 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.e2e.scenarios import exact_mesh  # noqa: E402
 from tests.e2e import scenarios  # noqa: E402
+from tests.e2e.scenarios import exact_mesh  # noqa: E402
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AXES = ('fsdp', 'tensor')
 Snapshot = dict[tuple[Any, ...], tuple[Any, ...]]
+Outcome = dict[str, str]
 
 
 class OneParam(nnx.Module):
     """A single (16, 32) parameter with the given sharding annotations."""
 
-    def __init__(self, out_sharding: tuple[Any, ...], eager_sharding: bool = True,
-                 sharding_rules: tuple[tuple[str, str], ...] | None = None):
-        rules = {} if sharding_rules is None else {'sharding_rules': sharding_rules}
+    def __init__(self, out_sharding: Any, eager_sharding: bool = True,
+                 sharding_rules: tuple[tuple[str, str], ...] | None = None,
+                 **metadata: Any):
+        if sharding_rules is not None:
+            metadata['sharding_rules'] = sharding_rules
         self.w = nnx.Param(jnp.ones((16, 32)), out_sharding=out_sharding,
-                           eager_sharding=eager_sharding, **rules)
+                           eager_sharding=eager_sharding, **metadata)
 
 
 class RawVmapped(nnx.Module):
@@ -53,6 +71,10 @@ def mesh_2x4() -> jax.sharding.Mesh:
     return exact_mesh((2, 4), AXES, 'auto')
 
 
+def mesh_layers(axis_type: str = 'auto') -> jax.sharding.Mesh:
+    return exact_mesh((2, 2, 2), ('layers', *AXES), axis_type)
+
+
 def snapshot(*nodes: Any) -> Snapshot:
     """Every Variable of ``nodes``: value bytes, dtype, shape, sharding, metadata."""
     result: Snapshot = {}
@@ -65,179 +87,436 @@ def snapshot(*nodes: Any) -> Snapshot:
     return result
 
 
-@pytest.fixture(scope='module')
-def good() -> tuple[scenarios.Block, nnx.Optimizer]:
-    """A correct stacked model and its adamw optimizer, living next to the bad input."""
+def spec(value: Any) -> Any:
+    return value.sharding.spec
+
+
+def mu_w(optimizer: nnx.Optimizer) -> tuple[Any, Any]:
+    """Adam's ``mu`` of ``w``: its array's spec and its ``out_sharding`` metadata."""
+    mu = optimizer.opt_state[0].mu.w
+    return spec(mu.get_value()), mu.get_metadata().get('out_sharding')
+
+
+def adam(model: nnx.Module) -> nnx.Optimizer:
+    return nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+
+# The cases: one per cell of the table ------------------------------------------
+# Each returns something whose repr() is the outcome, or raises.
+
+
+def _1a_create() -> Any:
     with jax.set_mesh(mesh_2x4()):
-        model = scenarios.stacked_blocks(4, 16)
-        return model, nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+        return spec(OneParam(('fsdp', 'tensor', None)).w.get_value())
 
 
-def raises(call: Callable[[], Any]) -> BaseException:
-    """The exception ``call`` raises (fails the test if it raises none)."""
-    with pytest.raises(Exception) as info:
-        call()
-    return info.value
+def _1a_abstract_model() -> Any:
+    mesh = mesh_2x4()
+    return nnx.get_abstract_model(lambda: OneParam(('fsdp', 'tensor', None)), mesh)[1]
 
 
-# Row 1: wrong-rank out_sharding given by the user ---------------------------
-
-
-def test_out_sharding_too_long(good: tuple[Any, Any]) -> None:
-    before = snapshot(*good)
-    with jax.set_mesh(mesh_2x4()):
-        error = raises(lambda: OneParam(('fsdp', 'tensor', None)))
-    assert type(error) is ValueError
-    message = str(error)
-    assert "Cannot shard Param of shape (16, 32) with out_sharding=('fsdp', 'tensor', None)" in message
-    assert 'expected one entry per array dimension (2), got 3' in message
-    assert snapshot(*good) == before
-
-
-def test_out_sharding_too_short_is_accepted_eagerly_then_rejected() -> None:
-    with jax.set_mesh(mesh_2x4()):
-        model = OneParam(('fsdp',))  # not yet clear: no error here
-        assert model.w.get_value().sharding.spec == jax.P('fsdp')
-        optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
-        assert optimizer.opt_state[0].mu.w.get_metadata()['out_sharding'] == ('fsdp', None)
-        assert nnx.find_sharding_mismatches(model) == [
-            (('w',), "out_sharding=('fsdp',) has 1 entries but the value has shape "
-                     '(16, 32) (2 dimensions)')]
-        before = snapshot(model, optimizer)
-        error = raises(lambda: nnx.get_partition_spec(nnx.state(model)))
-    assert type(error) is ValueError
-    message = str(error)
-    assert "Param at ['w']" in message
-    assert "out_sharding=('fsdp',) has 1 entries but the value has shape (16, 32)" in message
-    assert snapshot(model, optimizer) == before
-
-
-# Row 2: a mesh axis name not in the mesh -------------------------------------
-
-
-def test_axis_not_in_mesh(good: tuple[Any, Any]) -> None:
-    before = snapshot(*good)
+def _1a_lazy_consumers() -> Any:
     mesh = mesh_2x4()
     with jax.set_mesh(mesh):
-        eager = raises(lambda: OneParam(('fsdp', 'bogus')))
-        lazy = OneParam(('fsdp', 'bogus'), eager_sharding=False)
-        optimizer = nnx.Optimizer(lazy, optax.adam(1e-3), wrt=nnx.Param)  # no error
-        lazy_before = snapshot(lazy, optimizer)
-        consumer = raises(lambda: nnx.get_named_sharding(nnx.state(lazy), mesh))
-        # get_partition_spec has no mesh to check against: returns the spec.
-        spec = nnx.get_partition_spec(nnx.state(lazy)).w.get_value()
-    for error, where in ((eager, 'Param of shape'), (consumer, "Param at ['w'] of shape")):
-        assert type(error) is ValueError
-        assert str(error) == (
-            f"Cannot shard {where} (16, 32) with out_sharding=('fsdp', 'bogus'): "
-            "'bogus' is not an axis of the mesh ('fsdp', 'tensor'). Fix: use only "
-            'names of mesh.axis_names or add the axis to the mesh.')
-    assert spec == jax.P('fsdp', 'bogus')
-    # The optimizer copied the bad names into its own metadata.
-    assert [path for path, _ in nnx.find_sharding_mismatches(optimizer)] == [
-        ('opt_state', 0, 'mu', 'w'), ('opt_state', 0, 'nu', 'w')]
-    assert snapshot(lazy, optimizer) == lazy_before
-    assert snapshot(*good) == before
+        state = nnx.state(OneParam(('fsdp', 'tensor', None), eager_sharding=False))
+        return (nnx.get_partition_spec(state).w.get_value(),
+                nnx.get_named_sharding(state, mesh).w.get_value().spec)
 
 
-# Row 3: stacked dimension not divisible by the PARTITION_NAME axis ------------
+def _1a_lazy_optimizer() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return mu_w(adam(OneParam(('fsdp', 'tensor', None), eager_sharding=False)))
+
+
+def _1b_short_spec() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        model = OneParam(('fsdp',))
+        state = nnx.state(model)
+        return (spec(model.w.get_value()), mu_w(adam(model)),
+                nnx.get_partition_spec(state).w.get_value(),
+                nnx.get_named_sharding(state, mesh).w.get_value().spec)
+
+
+def _2_create() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return OneParam(('fsdp', 'bogus'))
+
+
+def _2_lazy() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        model = OneParam(('fsdp', 'bogus'), eager_sharding=False)
+        return nnx.get_partition_spec(nnx.state(model)).w.get_value(), mu_w(adam(model))
+
+
+def _2_named_sharding() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        return nnx.get_named_sharding(
+            nnx.state(OneParam(('fsdp', 'bogus'), eager_sharding=False)), mesh)
 
 
 def _three_layers_named() -> scenarios.Block:
     return scenarios.stacked_blocks(3, 16, {nnx.PARTITION_NAME: 'layers'})
 
 
-def test_stacked_dim_not_divisible(good: tuple[Any, Any]) -> None:
-    before = snapshot(*good)
-    mesh = exact_mesh((2, 2, 2), ('layers', *AXES), 'auto')
+def _down_kernel(model: scenarios.Block) -> Any:
+    kernel = model.down.kernel
+    return kernel.get_metadata()['out_sharding'], spec(kernel.get_value())
+
+
+def _3_eager() -> Any:
+    with jax.set_mesh(mesh_layers()):
+        return _down_kernel(_three_layers_named())
+
+
+def _3_jit() -> Any:
+    with jax.set_mesh(mesh_layers()):
+        return _down_kernel(nnx.jit(_three_layers_named)())
+
+
+def _3_abstract_model() -> Any:
+    mesh = mesh_layers()
+    return spec(nnx.get_abstract_model(_three_layers_named, mesh)[1].down.kernel.get_value())
+
+
+def _3_device_put() -> Any:
+    mesh = mesh_layers()
     with jax.set_mesh(mesh):
-        eager = raises(_three_layers_named)
-        jitted = raises(lambda: nnx.jit(_three_layers_named)())
-        abstract = raises(lambda: nnx.get_abstract_model(_three_layers_named, mesh))
-    for error in (eager, jitted, abstract):
-        assert type(error) is ValueError
-        assert str(error) == (
-            "Cannot shard Param at out/down/kernel of shape (3, 32, 16) with "
-            "out_sharding=('layers', 'tensor', 'fsdp'): the axis stacked with "
-            "transform_metadata={nnx.PARTITION_NAME: 'layers'} has size 3, which is "
-            "not divisible by the size 2 of mesh axis 'layers'. Fix: make the axis "
-            'size a multiple of 2 or leave the stacked axis unnamed.')
-    assert snapshot(*good) == before
+        state = nnx.state(_three_layers_named())
+        return jax.device_put(state, nnx.get_named_sharding(state, mesh))
 
 
-# Row 4: the same mesh axis used twice in one spec ----------------------------
+def _3_recipe_auto() -> Any:
+    with jax.set_mesh(mesh_layers()):
+        @nnx.jit
+        def build() -> scenarios.Block:
+            model = _three_layers_named()
+            state = nnx.state(model)
+            nnx.update(model, jax.lax.with_sharding_constraint(
+                state, nnx.get_partition_spec(state)))
+            return model
+
+        return _down_kernel(build())
 
 
-def test_same_axis_twice(good: tuple[Any, Any]) -> None:
-    before = snapshot(*good)
+def _3_recipe_explicit() -> Any:
+    with jax.set_mesh(mesh_layers('explicit')):
+        @nnx.jit
+        def build() -> scenarios.Block:
+            model = _three_layers_named()
+            state = nnx.state(model)
+            nnx.update(model, jax.sharding.reshard(state, nnx.get_partition_spec(state)))
+            return model
+
+        return _down_kernel(build())
+
+
+def _4_create() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return OneParam(('fsdp', 'fsdp'))
+
+
+def _4_named_sharding() -> Any:
     mesh = mesh_2x4()
     with jax.set_mesh(mesh):
-        eager = raises(lambda: OneParam(('fsdp', 'fsdp')))
-        stacked = raises(lambda: scenarios.stacked_blocks(2, 16, {nnx.PARTITION_NAME: 'fsdp'}))
-        lazy = OneParam(('fsdp', 'fsdp'), eager_sharding=False)
-        lazy_before = snapshot(lazy)
-        consumer = raises(lambda: nnx.get_named_sharding(nnx.state(lazy), mesh))
-    cases = ((eager, "Param of shape (16, 32) with out_sharding=('fsdp', 'fsdp')"),
-             (consumer, "Param at ['w'] of shape (16, 32) with out_sharding=('fsdp', 'fsdp')"),
-             (stacked, 'Param at out/down/kernel of shape (2, 32, 16) with '
-                       "out_sharding=('fsdp', 'tensor', 'fsdp')"))
-    for error, what in cases:
-        assert type(error) is ValueError
-        assert str(error).startswith(f'Cannot shard {what}: ')
-        assert "mesh axis 'fsdp' is used more than once" in str(error)
-        assert 'Fix: use each mesh axis at most once per out_sharding.' in str(error)
-    assert "transform_metadata={nnx.PARTITION_NAME: 'fsdp'} names a mesh axis" in str(stacked)
-    assert snapshot(lazy) == lazy_before
-    assert snapshot(*good) == before
+        return nnx.get_named_sharding(
+            nnx.state(OneParam(('fsdp', 'fsdp'), eager_sharding=False)), mesh)
 
 
-# Row 5: a logical name missing from the rules --------------------------------
+def _4_stack_on_used_axis() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return _down_kernel(scenarios.stacked_blocks(2, 16, {nnx.PARTITION_NAME: 'fsdp'}))
 
 
-def test_logical_name_missing_from_rules(good: tuple[Any, Any]) -> None:
-    before = snapshot(*good)
-    mesh = mesh_2x4()
-    rules = (('embed', 'fsdp'),)  # 'mlp' has no rule
-    with jax.set_mesh(mesh):
-        eager = raises(lambda: OneParam(('embed', 'mlp'), sharding_rules=rules))
-        lazy = OneParam(('embed', 'mlp'), eager_sharding=False, sharding_rules=rules)
-        lazy_before = snapshot(lazy)
-        spec = nnx.get_partition_spec(nnx.state(lazy)).w.get_value()  # no mesh: no check
-        consumer = raises(lambda: nnx.get_named_sharding(nnx.state(lazy), mesh))
-    for error, where in ((eager, 'Param of shape'), (consumer, "Param at ['w'] of shape")):
-        assert type(error) is ValueError
-        assert str(error) == (
-            f"Cannot shard {where} (16, 32) with out_sharding=('embed', 'mlp') "
-            "(resolved to P('fsdp', 'mlp') by the logical axis rules): 'mlp' is "
-            "neither in the logical axis rules (('embed', 'fsdp'),) nor an axis of "
-            "the mesh ('fsdp', 'tensor'). Fix: add a rule for 'mlp' (e.g. "
-            "('mlp', None)) or use a name of the rules or of mesh.axis_names.")
-    assert spec == jax.P('fsdp', 'mlp')  # unmapped logical name passed through
-    assert snapshot(lazy) == lazy_before
-    assert snapshot(*good) == before
-
-
-# Row 6: a raw jax.vmap leaves stale metadata --------------------------------
-
-
-@pytest.mark.parametrize('consumer', ['get_partition_spec', 'get_named_sharding'])
-def test_raw_vmap_stale_metadata(consumer: str) -> None:
+def _4_stack_on_used_axis_named_sharding() -> Any:
     mesh = mesh_2x4()
     with jax.set_mesh(mesh):
-        model = RawVmapped()
-        optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
-        before = snapshot(model, optimizer)
-        calls = {
-            'get_partition_spec': lambda: nnx.get_partition_spec(nnx.state(model)),
-            'get_named_sharding': lambda: nnx.get_named_sharding(nnx.state(model), mesh),
-        }
-        error = raises(calls[consumer])
-    assert type(error) is ValueError
-    message = str(error)
-    assert "Sharding metadata of Param at ['w'] does not match its value" in message
-    assert "out_sharding=('fsdp',) has 1 entries but the value has shape (3, 16)" in message
-    assert 'transform_metadata' in message and 'find_sharding_mismatches' in message
-    assert nnx.find_sharding_mismatches(model) == [
-        (('w',), "out_sharding=('fsdp',) has 1 entries but the value has shape "
-                 '(3, 16) (2 dimensions)')]
+        model = scenarios.stacked_blocks(2, 16, {nnx.PARTITION_NAME: 'fsdp'})
+        return nnx.get_named_sharding(nnx.state(model), mesh)
+
+
+RULES = (('embed', 'fsdp'),)  # 'mlp' has no rule
+
+
+def _5_create() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return OneParam(('embed', 'mlp'), sharding_rules=RULES)
+
+
+def _5_partition_spec() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        model = OneParam(('embed', 'mlp'), eager_sharding=False, sharding_rules=RULES)
+        return nnx.get_partition_spec(nnx.state(model)).w.get_value()
+
+
+def _5_named_sharding() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        model = OneParam(('embed', 'mlp'), eager_sharding=False, sharding_rules=RULES)
+        return nnx.get_named_sharding(nnx.state(model), mesh)
+
+
+def _6_consumers() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        state = nnx.state(RawVmapped())
+        return (nnx.get_partition_spec(state).w.get_value(),
+                nnx.get_named_sharding(state, mesh).w.get_value().spec,
+                spec(nnx.get_abstract_model(RawVmapped, mesh)[1].w.get_value()))
+
+
+def _6_device_put() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        state = nnx.state(RawVmapped())
+        return jax.device_put(state, nnx.get_named_sharding(state, mesh))
+
+
+def _6_optimizer() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return mu_w(adam(RawVmapped()))
+
+
+def _6_find_sharding_mismatches() -> Any:
+    return nnx.find_sharding_mismatches
+
+
+def _7_optimizer_sharding_too_long() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        return mu_w(adam(OneParam(('fsdp', 'tensor'),
+                                  optimizer_sharding=('fsdp', 'tensor', None))))
+
+
+def _7_stale_too_long_in_jit() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        @nnx.jit
+        def build() -> nnx.Optimizer:
+            model = OneParam(('fsdp', 'tensor'))
+            model.w.set_metadata(out_sharding=('fsdp', 'tensor', None))
+            return adam(model)
+
+        return mu_w(build())
+
+
+def _7_stale_too_long_eager() -> Any:
+    with jax.set_mesh(mesh_2x4()):
+        model = OneParam(('fsdp', 'tensor'))
+        model.w.set_metadata(out_sharding=('fsdp', 'tensor', None))
+        return mu_w(adam(model))
+
+
+def _scan_through(stack_metadata: dict | None, scan_metadata: dict) -> Any:
+    """Scan over a 2-layer stack; returns (or attaches to the error) its metadata after."""
+    with jax.set_mesh(mesh_layers()):
+        model = scenarios.stacked_blocks(2, 16, stack_metadata)
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
+                  transform_metadata=scan_metadata)
+        def forward(block: scenarios.Block, x: jax.Array) -> jax.Array:
+            return block(x)
+
+        try:
+            forward(model, jnp.ones((4, 16)))
+        except ValueError as error:
+            raise ValueError(f'{error} [after: {model.down.kernel.out_sharding}]') from None
+        return model.down.kernel.out_sharding
+
+
+def _8_wrong_name() -> Any:
+    return _scan_through({nnx.PARTITION_NAME: 'layers'}, {nnx.PARTITION_NAME: 'other'})
+
+
+def _8_name_on_unnamed_stack() -> Any:
+    return _scan_through(None, {nnx.PARTITION_NAME: 'layers'})
+
+
+# Every function named _<row>_<what> above, in order: '1a_create', ...
+CASES: dict[str, Callable[[], Any]] = {
+    name[1:]: fn for name, fn in list(globals().items())
+    if callable(fn) and name[:2] in {f'_{row}' for row in range(1, 9)}
+}
+
+
+def outcome(call: Callable[[], Any]) -> Outcome:
+    try:
+        result = call()
+    except Exception as error:  # noqa: BLE001 -- the outcome is the point
+        return {'raised': type(error).__name__, 'message': str(error)}
+    return {'result': repr(result)}
+
+
+def all_outcomes() -> dict[str, Outcome]:
+    return {name: outcome(call) for name, call in CASES.items()}
+
+
+# Where ours must differ from vanilla (the #5112 fix), and why; every other
+# case must give vanilla's outcome exactly (I0).
+DIFFERS_FROM_VANILLA = {
+    '1a_lazy_optimizer': 'optimizer state metadata follows the array (I4)',
+    '6_optimizer': 'optimizer state metadata follows the array (I4)',
+    '7_optimizer_sharding_too_long': 'ValueError names the Variable (I6)',
+    '7_stale_too_long_in_jit': 'ValueError names the Variable (I6)',
+    '7_stale_too_long_eager': 'works: the state follows the array (I4)',
+    '8_name_on_unnamed_stack': 'the stack has its None entry (I1, I2)',
+}
+
+
+# Ours -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def ours() -> dict[str, Outcome]:
+    """Outcomes on ours; a good model and optimizer next to them stay unchanged."""
+    with jax.set_mesh(mesh_2x4()):
+        model = scenarios.stacked_blocks(4, 16)
+        optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+    before = snapshot(model, optimizer)
+    outcomes = all_outcomes()
     assert snapshot(model, optimizer) == before
+    return outcomes
+
+
+def raised(outcome_: Outcome, kind: str, *parts: str) -> None:
+    assert outcome_.get('raised') == kind, outcome_
+    for part in parts:
+        assert part in outcome_['message'], (part, outcome_['message'])
+
+
+def test_1a_out_sharding_too_long(ours: dict[str, Outcome]) -> None:
+    for case in ('1a_create', '1a_abstract_model'):
+        raised(ours[case], 'ValueError',
+               'One of with_sharding_constraint arguments is incompatible',
+               "spec=P('fsdp', 'tensor', None)) is only valid for values of rank at least 3, "
+               'but was applied to a value of rank 2')
+    assert ours['1a_lazy_consumers'] == {
+        'result': "(P('fsdp', 'tensor', None), P('fsdp', 'tensor', None))"}
+    # The state follows the replicated array; its metadata says so.
+    assert ours['1a_lazy_optimizer'] == {'result': '(P(), (None, None))'}
+
+
+def test_1b_short_spec_is_accepted_everywhere(ours: dict[str, Outcome]) -> None:
+    assert ours['1b_short_spec'] == {'result': (
+        "(P('fsdp',), (P('fsdp',), ('fsdp',)), "
+        "P('fsdp',), P('fsdp',))")}
+
+
+def test_2_axis_not_in_mesh(ours: dict[str, Outcome]) -> None:
+    for case in ('2_create', '2_named_sharding'):
+        assert ours[case] == {'raised': 'ValueError', 'message': (
+            "Resource axis: bogus of P('fsdp', 'bogus') is not found in mesh: "
+            "('fsdp', 'tensor').")}
+    # No mesh to check against, and the optimizer copies the names.
+    assert ours['2_lazy'] == {'result': (
+        "(P('fsdp', 'bogus'), (P(), ('fsdp', 'bogus')))")}
+
+
+def test_3_stacked_dim_not_divisible(ours: dict[str, Outcome]) -> None:
+    declared = "(('layers', 'tensor', 'fsdp'), P(None, 'tensor', 'fsdp'))"
+    # The transform only declares the layout: nothing is resharded, nothing raises.
+    for case in ('3_eager', '3_jit', '3_recipe_auto'):
+        assert ours[case] == {'result': declared}, case
+    assert ours['3_abstract_model'] == {'result': "P('layers', 'tensor', 'fsdp')"}
+    raised(ours['3_device_put'], 'IndivisibleError',
+           'implies that array axis 0 is partitioned 2 times, but the dimension size is 3')
+    raised(ours['3_recipe_explicit'], 'ValueError',
+           "Sharding spec ('layers',) implies that array axis 0 is partitioned 2 times, "
+           'but does not evenly divide the dimension size 3')
+
+
+def test_4_same_axis_twice(ours: dict[str, Outcome]) -> None:
+    for case in ('4_create', '4_named_sharding', '4_stack_on_used_axis_named_sharding'):
+        raised(ours[case], 'DuplicateSpecError', 'has duplicate entries for `fsdp`')
+    assert ours['4_stack_on_used_axis'] == {
+        'result': "(('fsdp', 'tensor', 'fsdp'), P(None, 'tensor', 'fsdp'))"}
+
+
+def test_5_logical_name_missing_from_rules(ours: dict[str, Outcome]) -> None:
+    for case in ('5_create', '5_named_sharding'):
+        assert ours[case] == {'raised': 'ValueError', 'message': (
+            "Resource axis: mlp of P('fsdp', 'mlp') is not found in mesh: "
+            "('fsdp', 'tensor').")}
+    assert ours['5_partition_spec'] == {'result': "P('fsdp', 'mlp')"}
+
+
+def test_6_raw_vmap_stale_metadata(ours: dict[str, Outcome]) -> None:
+    # Short spec: positional, so 'fsdp' lands on the stacked axis of size 3.
+    assert ours['6_consumers'] == {'result': (
+        "(P('fsdp',), P('fsdp',), P('fsdp',))")}
+    raised(ours['6_device_put'], 'IndivisibleError',
+           'implies that array axis 0 is partitioned 2 times, but the dimension size is 3')
+    assert ours['6_optimizer'] == {'result': '(P(), (None, None))'}
+    raised(ours['6_find_sharding_mismatches'], 'AttributeError',
+           'find_sharding_mismatches')
+
+
+def test_7_optimizer_spec_longer_than_rank(ours: dict[str, Outcome]) -> None:
+    for case, name in (('7_optimizer_sharding_too_long', 'optimizer_sharding'),
+                       ('7_stale_too_long_in_jit', 'out_sharding')):
+        assert ours[case] == {'raised': 'ValueError', 'message': (
+            f"{name}=('fsdp', 'tensor', None) of the Variable at ['w'] has more entries "
+            'than its shape (16, 32) has dimensions. Give it one entry per dimension, '
+            'e.g. if the Variable was stacked by a transform such as `jax.vmap`: '
+            f'`variable.set_metadata({name}=(None, *{name}))`.')}
+    assert ours['7_stale_too_long_eager'] == {
+        'result': "(P('fsdp', 'tensor'), ('fsdp', 'tensor'))"}
+
+
+def test_8_partition_name_mismatch_in_pass_through(ours: dict[str, Outcome]) -> None:
+    # Raised before anything is mutated: the metadata after is the one before.
+    assert ours['8_wrong_name'] == {'raised': 'ValueError', 'message': (
+        "Expected to remove 'other' at index 0 from ('layers', 'tensor', 'fsdp'), "
+        "but found 'layers'. [after: ('layers', 'tensor', 'fsdp')]")}
+    assert ours['8_name_on_unnamed_stack'] == {'raised': 'ValueError', 'message': (
+        "Expected to remove 'layers' at index 0 from (None, 'tensor', 'fsdp'), "
+        "but found None. [after: (None, 'tensor', 'fsdp')]")}
+
+
+# Side by side with vanilla -------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def vanilla(vanilla_flax: Path) -> dict[str, Outcome]:
+    """The same cases under vanilla flax 0.12.12, in one subprocess."""
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(vanilla_flax), str(REPO_ROOT)]),
+           'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+    result = subprocess.run(
+        [sys.executable, '-m', 'tests.reliability.test_bad_inputs'], cwd=REPO_ROOT,
+        env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report['flax_version'] == '0.12.12'
+    return report['outcomes']
+
+
+@pytest.mark.parametrize('case', sorted(set(CASES) - set(DIFFERS_FROM_VANILLA)))
+def test_same_as_vanilla(case: str, ours: dict[str, Outcome],
+                         vanilla: dict[str, Outcome]) -> None:
+    assert ours[case] == vanilla[case]
+
+
+def test_differs_from_vanilla_only_by_the_fix(ours: dict[str, Outcome],
+                                              vanilla: dict[str, Outcome]) -> None:
+    assert set(vanilla) == set(ours)
+    for case in DIFFERS_FROM_VANILLA:
+        assert ours[case] != vanilla[case], case
+    # Stale metadata copied into the optimizer state's metadata.
+    assert vanilla['1a_lazy_optimizer'] == {
+        'result': "(P(), ('fsdp', 'tensor', None))"}
+    assert vanilla['6_optimizer'] == {'result': "(P(), ('fsdp',))"}
+    # JAX's error, same exception type as ours, without the Variable.
+    for case in ('7_optimizer_sharding_too_long', '7_stale_too_long_in_jit',
+                 '7_stale_too_long_eager'):
+        raised(vanilla[case], 'ValueError',
+               'One of with_sharding_constraint arguments is incompatible',
+               'is only valid for values of rank at least 3, but was applied to a value of rank 2')
+    # Vanilla's stack has no entry for the layer axis: found the per-layer one.
+    assert vanilla['8_name_on_unnamed_stack'] == {'raised': 'ValueError', 'message': (
+        "Expected to remove 'layers' at index 0 from ('tensor', 'fsdp'), "
+        "but found 'tensor'. [after: ('tensor', 'fsdp')]")}
+
+
+if __name__ == '__main__':
+    import flax
+
+    print(json.dumps({'flax_version': flax.__version__, 'outcomes': all_outcomes()}))
