@@ -35,24 +35,23 @@ Hook = TypeVar('Hook', bound=Callable[..., Any])
 def _user_facing(hook: Hook) -> Hook:
     """Report a :class:`QueueError` as one message on stderr, no traceback.
 
-    pip and uv show a hook's output and exit code; our message is what the
-    user needs, so it is all the hook prints.
+    pip and uv show a failed hook's output and exit code; our message is what
+    the user needs, so it is all the hook prints then. A hook that succeeds
+    says so in one line (``flaxpq: <hook>: <result>``) for the build log
+    (pip -v, uv -v), so the log shows which hooks ran, and how often.
     """
     @functools.wraps(hook)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            return hook(*args, **kwargs)
+            result = hook(*args, **kwargs)
         except QueueError as e:
             sys.stderr.write(f'error: {e}\n')
             sys.stderr.flush()
             raise SystemExit(1) from None
+        sys.stderr.write(f'flaxpq: {hook.__name__}: {result}\n')
+        sys.stderr.flush()
+        return result
     return run  # type: ignore[return-value]
-
-
-def _progress(message: str) -> None:
-    """One line in the build log (pip -v, uv -v) saying which hook runs."""
-    sys.stderr.write(f'flaxpq: {message}\n')
-    sys.stderr.flush()
 
 
 def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
@@ -68,7 +67,6 @@ def prepare_metadata_for_build_wheel(
     metadata_directory: str, config_settings: ConfigSettings = None
 ) -> str:
     """The wheel's ``.dist-info`` without building the wheel (PEP 517)."""
-    _progress('preparing metadata (prepare_metadata_for_build_wheel)')
     return wheel.prepare_metadata(Project(), Path(metadata_directory))
 
 
@@ -78,10 +76,8 @@ def build_wheel(
     config_settings: ConfigSettings = None,
     metadata_directory: str | None = None,
 ) -> str:
-    _progress('building the wheel (build_wheel)')
-    name = wheel.build_wheel(Project(), Path(wheel_directory)).name
-    _progress(f'built {name}')
-    return name
+    """The patched wheel; its METADATA equals what the metadata hook wrote."""
+    return wheel.build_wheel(Project(), Path(wheel_directory)).name
 
 
 @_user_facing

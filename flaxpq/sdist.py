@@ -35,16 +35,20 @@ OFFLINE_HELP = 'README.md, "Install offline"'
 _HOOK_VARIABLE_PREFIXES = ('_PYPROJECT_HOOKS_', 'UV_INTERNAL__')
 _HOOK_VARIABLES = frozenset({'PIP_BUILD_TRACKER', 'PIP_REQ_TRACKER'})
 
-# pip's wording for an index it could not reach (urllib3 and socket errors).
+# How pip -vv reports an index page it could not reach, and urllib3's and the
+# socket's words for why (in that line, or in pip's retry warnings).
+_UNREACHABLE = re.compile(
+    r'^Could not fetch URL (?P<url>\S+): (?P<reason>(?:connection error|'
+    r'There was a problem confirming the ssl certificate).*?)(?: - skipping)?$',
+    re.MULTILINE,
+)
 _NETWORK_ERROR = re.compile(
     r'Failed to establish a new connection: [^"\')]*'
-    r'|Temporary failure in name resolution|Name or service not known'
-    r'|Network is unreachable|No route to host|Connection refused'
-    r'|Connection reset by peer|(?:Connect|Read)TimeoutError\([^)]*\)'
-    r'|ProxyError\([^)]*|SSLError\([^)]*'
+    r'|Failed to resolve [^"\')]*\)?|Temporary failure in name resolution'
+    r'|Name or service not known|Network is unreachable|No route to host'
+    r'|Connection refused|Connection reset by peer|timed out'
+    r'|(?:Proxy|SSL)Error\([^)]*'
 )
-
-_INDEX = re.compile(r'^Looking in indexes: ([^,\s]+)', re.MULTILINE)
 
 
 def sha256_of(path: Path) -> str:
@@ -132,8 +136,9 @@ def pip_download_args(pin: Pin) -> list[str]:
 
 def _pip_download(pin: Pin, dest: Path) -> Path:
     args = pip_download_args(pin)
+    # -vv: pip names an index it could not reach only in its debug output.
     result = subprocess.run(
-        [sys.executable, '-m', 'pip', *args, '--dest', str(dest)],
+        [sys.executable, '-m', 'pip', *args, '-vv', '--dest', str(dest)],
         capture_output=True, text=True, env=pip_environment(),
     )
     path = dest / pin.sdist
@@ -141,30 +146,33 @@ def _pip_download(pin: Pin, dest: Path) -> Path:
         return path
     output = f'{result.stdout}\n{result.stderr}'
     network = network_failure(output)
-    index = _INDEX.search(output)
-    cause = (
-        f'pip could not reach the package index'
-        f'{" " + index.group(1) if index else ""} ({network}).'
-        if network else 'pip failed.'
-    )
+    if network:
+        cause = f'pip could not reach the package index ({network})'
+        advice = (
+            f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
+            f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` '
+            'on a connected machine prints where it is), or place the file in '
+            f'{cache_dir()} (or set {CACHE_ENV} to a folder holding it).'
+        )
+    else:
+        cause = f'pip exited with {result.returncode}'
+        advice = f'To see all its output, run `python -m pip {shlex.join(args)}`.'
     errors = error_lines(output) or tail(output, 10)
-    advice = (
-        f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
-        f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` on '
-        f'a connected machine prints where it is), or place the file in '
-        f'{cache_dir()} (or set {CACHE_ENV} to a folder holding it).'
-        if network else
-        f'To see all of its output, run `python -m pip {shlex.join(args)}`.'
-    )
     raise QueueError(
-        f'could not download {pin.sdist} with pip (exit {result.returncode}): '
-        f'{cause}\n{_indent(errors)}\n{advice}'
+        f'could not download {pin.sdist}: {cause}. pip said:\n'
+        f'{_indent(errors)}\n{advice}'
     )
 
 
 def network_failure(output: str) -> str | None:
-    """pip's last words about a connection it could not make, if any."""
-    found = _NETWORK_ERROR.findall(output)
+    """What pip says about the index it could not reach, if it could not."""
+    unreachable = list(_UNREACHABLE.finditer(output))
+    if unreachable:
+        url, reason = unreachable[-1]['url'], unreachable[-1]['reason']
+        short = _NETWORK_ERROR.findall(reason)
+        return f'{short[-1].strip() if short else reason} at {url}'
+    retries = [line for line in output.splitlines() if 'connection broken by' in line]
+    found = _NETWORK_ERROR.findall(retries[-1]) if retries else []
     return found[-1].strip() if found else None
 
 
