@@ -44,7 +44,7 @@ _UNREACHABLE = re.compile(
 )
 _NETWORK_ERROR = re.compile(
     r'Failed to establish a new connection: [^"\')]*'
-    r'|Failed to resolve [^"\')]*\)?|Temporary failure in name resolution'
+    r'|Temporary failure in name resolution'
     r'|Name or service not known|Network is unreachable|No route to host'
     r'|Connection refused|Connection reset by peer|timed out'
     r'|(?:Proxy|SSL)Error\([^)]*'
