@@ -145,9 +145,9 @@ def _pip_download(pin: Pin, dest: Path) -> Path:
     if result.returncode == 0 and path.is_file():
         return path
     output = f'{result.stdout}\n{result.stderr}'
-    network = network_failure(output)
-    if network:
-        cause = f'pip could not reach the package index ({network})'
+    offline = offline_cause(output)
+    if offline:
+        cause = offline
         advice = (
             f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
             f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` '
@@ -162,6 +162,15 @@ def _pip_download(pin: Pin, dest: Path) -> Path:
         f'could not download {pin.sdist}: {cause}. pip said:\n'
         f'{_indent(errors)}\n{advice}'
     )
+
+
+def offline_cause(output: str) -> str | None:
+    """Why pip -vv had no index to download from, if that is why it failed."""
+    if network := network_failure(output):
+        return f'pip could not reach the package index ({network})'
+    if 'Ignoring indexes:' in output:
+        return 'pip runs without a package index (--no-index or PIP_NO_INDEX)'
+    return None
 
 
 def network_failure(output: str) -> str | None:

@@ -122,3 +122,10 @@ def test_the_nested_pip_gets_no_hook_variables(monkeypatch: pytest.MonkeyPatch) 
 ])
 def test_offline_advice_only_for_network_failures(output: str, expected: str | None) -> None:
     assert sdist.network_failure(output) == expected
+    offline = sdist.offline_cause(output)
+    assert offline == (expected and f'pip could not reach the package index ({expected})')
+
+
+def test_no_index_is_an_offline_cause_too() -> None:
+    assert 'without a package index' in sdist.offline_cause(
+        'Ignoring indexes: https://example.org/simple\nERROR: No matching distribution')
