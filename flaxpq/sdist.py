@@ -30,8 +30,8 @@ SDIST_ENV = 'FLAXPQ_SDIST'
 OFFLINE_HELP = 'README.md, "Install offline"'
 
 # Set by pip or uv for the build hook that runs us. Inherited by a nested pip,
-# they point its own builds at our backend-path (pip's issue #12: "flaxpq" as
-# the backend of setuptools-scm) or at the outer pip's trackers.
+# they make its own builds look for their backend in our backend-path (our
+# issue 12: a cold `pip install` failed so) or share the outer pip's tracker.
 _HOOK_VARIABLE_PREFIXES = ('_PYPROJECT_HOOKS_', 'UV_INTERNAL__')
 _HOOK_VARIABLES = frozenset({'PIP_BUILD_TRACKER', 'PIP_REQ_TRACKER'})
 

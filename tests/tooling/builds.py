@@ -44,9 +44,9 @@ def isolated_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def run_ok(*args: str | Path, env: dict[str, str] | None = None,
-           cwd: Path | None = None, umask: int = -1) -> str:
-    """Run a command; fail with its output's end unless it exits 0."""
-    result = subprocess.run([str(a) for a in args], env=env, cwd=cwd, umask=umask,
+           cwd: Path | None = None) -> str:
+    """Run a command; its stdout and stderr, or fail with their end."""
+    result = subprocess.run([str(a) for a in args], env=env, cwd=cwd,
                             capture_output=True, text=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
@@ -61,11 +61,11 @@ def fresh_clone(dest: Path) -> tuple[Path, str]:
     return dest, commit
 
 
-def fresh_venv(path: Path, env: dict[str, str], *packages: str) -> Path:
-    """A new venv's python, with pip upgraded and ``packages`` installed."""
+def fresh_venv(path: Path, env: dict[str, str]) -> Path:
+    """A new venv of this Python with the latest pip; its python."""
     venv.create(path, with_pip=True)
     python = path / 'bin' / 'python'
-    run_ok(python, '-m', 'pip', 'install', '--quiet', '--upgrade', 'pip', *packages, env=env)
+    run_ok(python, '-m', 'pip', 'install', '--quiet', '--upgrade', 'pip', env=env)
     return python
 
 

@@ -114,6 +114,8 @@ def test_pip_install_from_git_url_gives_the_labelled_version(tmp_path: Path) -> 
     env_dir = tmp_path / 'venv'
     venv.create(env_dir, with_pip=True)
     python = env_dir / 'bin' / 'python'
+    # The bundled pip may be older than 24.1, which rejects git+file:/// URLs.
+    run(python, '-m', 'pip', 'install', '--quiet', '--upgrade', 'pip')
     run(python, '-m', 'pip', 'install', '--quiet', '--no-deps',
         f'{PIN.package} @ git+file://{REPO_ROOT}')
     version = run(python, '-c',
