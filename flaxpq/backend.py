@@ -7,16 +7,51 @@ applied and our local version label stamped into ``flax/version.py``.
 
 from __future__ import annotations
 
+import sys
+
+if sys.version_info < (3, 12):  # before anything else can fail on this Python
+    sys.stderr.write(
+        'error: this flax (upstream release + nnxaxis patches) requires Python '
+        f'>= 3.12, like upstream; this build runs Python {sys.version.split()[0]} '
+        f'({sys.executable}). Install into a Python 3.12+ environment, e.g. '
+        'one made with `python3.12 -m venv`.\n'
+    )
+    raise SystemExit(1)
+
+import functools
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from flaxpq import QueueError
+from flaxpq import QueueError, wheel
 from flaxpq.project import Project
-from flaxpq.wheel import build_wheel as _build_wheel
 
 ConfigSettings = dict[str, Any] | None
+Hook = TypeVar('Hook', bound=Callable[..., Any])
+
+
+def _user_facing(hook: Hook) -> Hook:
+    """Report a :class:`QueueError` as one message on stderr, no traceback.
+
+    pip and uv show a failed hook's output and exit code; our message is what
+    the user needs, so it is all the hook prints then. A hook that succeeds
+    says so in one line (``flaxpq: <hook>: <result>``) for the build log
+    (pip -v, uv -v), so the log shows which hooks ran, and how often.
+    """
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = hook(*args, **kwargs)
+        except QueueError as e:
+            sys.stderr.write(f'error: {e}\n')
+            sys.stderr.flush()
+            raise SystemExit(1) from None
+        sys.stderr.write(f'flaxpq: {hook.__name__}: {result}\n')
+        sys.stderr.flush()
+        return result
+    return run  # type: ignore[return-value]
 
 
 def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
@@ -27,14 +62,25 @@ def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list
     return []
 
 
+@_user_facing
+def prepare_metadata_for_build_wheel(
+    metadata_directory: str, config_settings: ConfigSettings = None
+) -> str:
+    """The wheel's ``.dist-info`` without building the wheel (PEP 517)."""
+    return wheel.prepare_metadata(Project(), Path(metadata_directory))
+
+
+@_user_facing
 def build_wheel(
     wheel_directory: str,
     config_settings: ConfigSettings = None,
     metadata_directory: str | None = None,
 ) -> str:
-    return _build_wheel(Project(), Path(wheel_directory)).name
+    """The patched wheel; its METADATA equals what the metadata hook wrote."""
+    return wheel.build_wheel(Project(), Path(wheel_directory)).name
 
 
+@_user_facing
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
     """An sdist of this repository (tooling + patches), not of upstream flax.
 
@@ -69,6 +115,7 @@ def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if '__pycache__' in info.name else info
 
 
+@_user_facing
 def build_editable(
     wheel_directory: str,
     config_settings: ConfigSettings = None,

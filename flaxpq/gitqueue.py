@@ -43,6 +43,14 @@ _PRISTINE_DATE = '2000-01-01T00:00:00+0000'
 _NUMBER_PREFIX = re.compile(r'^\d{4}-')
 
 
+class PatchError(QueueError):
+    """A patch of the series does not apply: ``patch`` names it, ``reason`` is git's."""
+
+    def __init__(self, message: str, patch: str, reason: str) -> None:
+        super().__init__(message)
+        self.patch, self.reason = patch, reason
+
+
 def git(
     repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None,
     user_config: bool = False,
@@ -114,14 +122,15 @@ def materialize(
             '--quiet', str(project.patches_dir / name), check=False,
         )
         if result.returncode != 0:
-            raise QueueError(
+            raise PatchError(
                 f'patch {name} does not apply to the pristine {sdist.name}'
                 f'{_applied_after(series, name)}:\n'
                 f'{(result.stderr or result.stdout).strip()}\n'
                 f'The tree is left in {dest} for inspection: '
                 f'`git -C {dest} am --show-current-patch=diff`; fix the '
                 f'files, `git -C {dest} add -A && git -C {dest} am --continue`, '
-                'then export. Or `git am --abort`.'
+                'then export. Or `git am --abort`.',
+                name, (result.stderr or result.stdout).strip(),
             )
     return series
 

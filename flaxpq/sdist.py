@@ -1,9 +1,23 @@
-"""Fetch the pinned upstream sdist with pip and verify its sha256."""
+"""Fetch the pinned upstream sdist with pip and verify its sha256.
+
+pip stays the fetching tool: it honours the user's index, proxy, certificate
+and credential configuration. Two things make it work inside a build:
+
+* the environment pip or uv set for the running build hook is scrubbed
+  (:func:`pip_environment`), so the nested pip does not take our
+  ``backend-path`` for the backend of the packages it prepares;
+* ``--only-binary=:all: --no-binary=<package>``: only the pinned package comes
+  as an sdist; the build requirements pip needs to read its metadata
+  (setuptools, setuptools-scm and theirs) come as wheels, never built from
+  source.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -13,6 +27,28 @@ from flaxpq import QueueError
 from flaxpq.project import CACHE_ENV, Pin, cache_dir
 
 SDIST_ENV = 'FLAXPQ_SDIST'
+OFFLINE_HELP = 'README.md, "Install offline"'
+
+# Set by pip or uv for the build hook that runs us. Inherited by a nested pip,
+# they make its own builds look for their backend in our backend-path (our
+# issue 12: a cold `pip install` failed so) or share the outer pip's tracker.
+_HOOK_VARIABLE_PREFIXES = ('_PYPROJECT_HOOKS_', 'UV_INTERNAL__')
+_HOOK_VARIABLES = frozenset({'PIP_BUILD_TRACKER', 'PIP_REQ_TRACKER'})
+
+# How pip -vv reports an index page it could not reach, and urllib3's and the
+# socket's words for why (in that line, or in pip's retry warnings).
+_UNREACHABLE = re.compile(
+    r'^Could not fetch URL (?P<url>\S+): (?P<reason>(?:connection error|'
+    r'There was a problem confirming the ssl certificate).*?)(?: - skipping)?$',
+    re.MULTILINE,
+)
+_NETWORK_ERROR = re.compile(
+    r'Failed to establish a new connection: [^"\')]*'
+    r'|Temporary failure in name resolution'
+    r'|Name or service not known|Network is unreachable|No route to host'
+    r'|Connection refused|Connection reset by peer|timed out'
+    r'|(?:Proxy|SSL)Error\([^)]*'
+)
 
 
 def sha256_of(path: Path) -> str:
@@ -23,16 +59,18 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(path: Path, pin: Pin) -> Path:
-    """Return ``path`` if its sha256 is the pinned one; refuse it otherwise."""
+def verify(path: Path, pin: Pin, *, advice: str) -> Path:
+    """Return ``path`` if its sha256 is the pinned one; refuse it otherwise.
+
+    ``advice`` says what to do about a mismatch where ``path`` came from.
+    """
     found = sha256_of(path)
     if found != pin.sha256:
         raise QueueError(
             f'sha256 mismatch for {path}:\n'
             f'  expected {pin.sha256} (upstream.toml)\n'
             f'  found    {found}\n'
-            'Refusing to use it. Delete the file and fetch again, or point '
-            f'{SDIST_ENV} at a genuine {pin.sdist}.'
+            f'Refusing to use it. {advice}'
         )
     return path
 
@@ -43,38 +81,122 @@ def fetch(pin: Pin) -> Path:
         path = Path(env)
         if not path.is_file():
             raise QueueError(f'{SDIST_ENV}={env} is not a file.')
-        return verify(path, pin)
+        return verify(path, pin, advice=(
+            f'This file is not the pinned release {pin.sdist} (another version, '
+            'a rebuilt or repacked sdist, or an incomplete copy). Point '
+            f'{SDIST_ENV} at the registry\'s {pin.sdist}, e.g. the path '
+            '`python -m flaxpq fetch` prints on a connected machine, or unset '
+            f'{SDIST_ENV} to let the build download it.'))
     cached = cache_dir() / pin.sdist
     if cached.is_file():
-        return verify(cached, pin)
+        return verify(cached, pin, advice=(
+            f'The cached copy is damaged or not the pinned release: delete '
+            f'{cached} and build again, or point {SDIST_ENV} at a genuine '
+            f'{pin.sdist}.'))
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
         downloaded = _pip_download(pin, Path(tmp))
-        verify(downloaded, pin)
+        verify(downloaded, pin, advice=(
+            'The package index pip uses (your pip configuration: index-url, '
+            'find-links) served a different file under this name. Use an '
+            f'index that mirrors the registry unchanged, or set {SDIST_ENV} '
+            f'to a genuine {pin.sdist}.'))
         os.replace(downloaded, cached)
     return cached
 
 
-def _pip_download(pin: Pin, dest: Path) -> Path:
-    command = [
-        sys.executable, '-m', 'pip', 'download',
-        '--no-deps', '--no-binary', ':all:', '--ignore-requires-python',
-        '--disable-pip-version-check', '--dest', str(dest),
-        f'{pin.package}=={pin.version}',
+def pip_environment() -> dict[str, str]:
+    """``os.environ`` without what pip or uv set for the hook that runs us.
+
+    The user's own settings (``PIP_INDEX_URL``, proxies, ``PIP_CACHE_DIR``,
+    ...) stay: the nested pip downloads like theirs would. ``PYTHONPATH``
+    stays too: inside pip's isolated build it is what makes the build
+    environment's pip importable.
+    """
+    return {
+        name: value for name, value in os.environ.items()
+        if name not in _HOOK_VARIABLES and not name.startswith(_HOOK_VARIABLE_PREFIXES)
+    }
+
+
+def pip_download_args(pin: Pin) -> list[str]:
+    """``pip download`` arguments for the pinned sdist alone.
+
+    pip applies the format options in order: ``:all:`` first, then the
+    package's own exception, so only the pinned package may (must) be an
+    sdist and its build requirements are wheels. No
+    ``--ignore-requires-python``: the backend already refused Pythons the
+    release does not support.
+    """
+    return [
+        'download', '--no-deps', '--only-binary=:all:', f'--no-binary={pin.package}',
+        '--disable-pip-version-check', f'{pin.package}=={pin.version}',
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+
+
+def _pip_download(pin: Pin, dest: Path) -> Path:
+    args = pip_download_args(pin)
+    # -vv: pip names an index it could not reach only in its debug output.
+    result = subprocess.run(
+        [sys.executable, '-m', 'pip', *args, '-vv', '--dest', str(dest)],
+        capture_output=True, text=True, env=pip_environment(),
+    )
     path = dest / pin.sdist
-    if result.returncode != 0 or not path.is_file():
-        raise QueueError(
-            f'could not download {pin.sdist} with pip '
-            f'(exit {result.returncode}):\n{_tail(result.stderr or result.stdout)}\n'
-            f'Offline? Set {SDIST_ENV}=/path/to/{pin.sdist}, or place the '
-            f'file in {cache_dir()} (or set {CACHE_ENV} to a folder holding '
-            'it). Inside an isolated build, pip must be importable: it is in '
-            "pyproject.toml's [build-system] requires."
+    if result.returncode == 0 and path.is_file():
+        return path
+    output = f'{result.stdout}\n{result.stderr}'
+    offline = offline_cause(output)
+    if offline:
+        cause = offline
+        advice = (
+            f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
+            f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` '
+            'on a connected machine prints where it is), or place the file in '
+            f'{cache_dir()} (or set {CACHE_ENV} to a folder holding it).'
         )
-    return path
+    else:
+        cause = f'pip exited with {result.returncode}'
+        advice = f'To see all its output, run `python -m pip {shlex.join(args)}`.'
+    errors = error_lines(output) or tail(output, 10)
+    raise QueueError(
+        f'could not download {pin.sdist}: {cause}. pip said:\n'
+        f'{_indent(errors)}\n{advice}'
+    )
 
 
-def _tail(text: str, lines: int = 15) -> str:
+def offline_cause(output: str) -> str | None:
+    """Why pip -vv had no index to download from, if that is why it failed."""
+    if network := network_failure(output):
+        return f'pip could not reach the package index ({network})'
+    if 'Ignoring indexes:' in output:
+        return 'pip runs without a package index (--no-index or PIP_NO_INDEX)'
+    return None
+
+
+def network_failure(output: str) -> str | None:
+    """What pip says about the index it could not reach, if it could not."""
+    unreachable = list(_UNREACHABLE.finditer(output))
+    if unreachable:
+        url, reason = unreachable[-1]['url'], unreachable[-1]['reason']
+        short = _NETWORK_ERROR.findall(reason)
+        return f'{short[-1].strip() if short else reason} at {url}'
+    retries = [line for line in output.splitlines() if 'connection broken by' in line]
+    found = _NETWORK_ERROR.findall(retries[-1]) if retries else []
+    return found[-1].strip() if found else None
+
+
+def error_lines(output: str, lines: int = 5) -> str:
+    """The last ``ERROR:``/``error:`` lines of a pip run: its actual reasons."""
+    errors = [
+        line.strip() for line in output.splitlines()
+        if line.lstrip().lower().startswith('error:')
+    ]
+    return '\n'.join(errors[-lines:])
+
+
+def tail(text: str, lines: int = 15) -> str:
     return '\n'.join(text.strip().splitlines()[-lines:])
+
+
+def _indent(text: str) -> str:
+    return '\n'.join(f'  {line}' for line in text.splitlines())

@@ -11,6 +11,12 @@ from flaxpq import sdist
 from flaxpq.project import REPO_ROOT, Project
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        'markers', 'cold_install: installs from a fresh clone with empty caches; '
+        'needs the package registry (tests/tooling/test_cold_install.py)')
+
+
 @pytest.fixture(scope='session')
 def pristine_sdist() -> Path:
     """The real pinned sdist (downloaded once into the cache, verified)."""

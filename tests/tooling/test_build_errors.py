@@ -1,0 +1,131 @@
+"""A failed build says why in one message of ours, without a traceback.
+
+pip shows a failed build hook's output in a ``[N lines of output]`` box; these
+tests read that box (``hook_output``) and expect our message there, first
+and alone.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flaxpq import sdist
+from flaxpq.project import REPO_ROOT, Project
+from tests.tooling.builds import hook_output
+from tests.tooling.helpers import make_patch
+from tests.tooling.test_wheel import copy_of_our_project
+
+PIN = Project().pin()
+
+
+def failed_pip_wheel(project_root: Path, tmp_path: Path, python: str = sys.executable,
+                     **env: str) -> str:
+    """``pip wheel`` of ``project_root``, which must fail; its hook's output."""
+    result = subprocess.run(
+        [python, '-m', 'pip', 'wheel', '--no-deps', '--wheel-dir', str(tmp_path / 'out'),
+         str(project_root)],
+        env={**os.environ, **env}, capture_output=True, text=True)
+    assert result.returncode != 0, result.stdout[-3000:]
+    return hook_output(result.stdout + result.stderr)
+
+
+def python_311() -> str | None:
+    """A Python 3.11 on PATH or in pyenv's versions, if this machine has one."""
+    found = shutil.which('python3.11')
+    root = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
+    return found or next(iter(sorted(glob.glob(f'{root}/versions/3.11*/bin/python'))), None)
+
+
+def test_python_older_than_3_12_is_refused_in_one_line(tmp_path: Path) -> None:
+    python = python_311()
+    if python is None:
+        pytest.skip('no Python 3.11 on this machine')
+    subprocess.run([python, '-m', 'venv', str(tmp_path / 'venv')], check=True)
+    output = failed_pip_wheel(REPO_ROOT, tmp_path, str(tmp_path / 'venv/bin/python'))
+    assert output.startswith('error: this flax (upstream release + nnxaxis patches) '
+                             'requires Python >= 3.12'), output
+    assert len(output.splitlines()) == 1 and 'Python 3.11' in output
+
+
+def test_patch_that_does_not_apply_is_named_with_how_to_reproduce(
+    queue: Project, pristine_sdist: Path, tmp_path: Path
+) -> None:
+    name = make_patch(queue, pristine_sdist, tmp_path)
+    patch = queue.patches_dir / name
+    patch.write_bytes(patch.read_bytes().replace(b'\n # ---', b'\n # -x-', 1))
+    copy_of_our_project(queue)
+    output = failed_pip_wheel(queue.root, tmp_path, FLAXPQ_SDIST=str(pristine_sdist))
+    assert output.startswith(f'error: patch {name} does not apply to the pristine '
+                             f'{PIN.sdist}:'), output
+    assert 'error: flax/nnx/spmd.py: patch does not apply' in output  # git's reason
+    assert '`python -m flaxpq materialize`' in output
+    assert 'Traceback' not in output and 'flaxpq-build-' not in output
+
+
+def test_foreign_sdist_in_flaxpq_sdist_gets_advice_for_that_file(
+    pristine_sdist: Path, tmp_path: Path
+) -> None:
+    foreign = tmp_path / PIN.sdist
+    shutil.copy(pristine_sdist, foreign)
+    with foreign.open('ab') as f:
+        f.write(b'\0')
+    output = failed_pip_wheel(REPO_ROOT, tmp_path, FLAXPQ_SDIST=str(foreign))
+    assert output.startswith(f'error: sha256 mismatch for {foreign}:'), output
+    assert f'This file is not the pinned release {PIN.sdist}' in output
+    assert 'unset FLAXPQ_SDIST' in output
+    assert 'Delete' not in output and 'Traceback' not in output
+
+
+def test_the_nested_pip_gets_no_hook_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What pip 26 and uv set for a hook (dumped from inside one) is scrubbed."""
+    hook_variables = {
+        '_PYPROJECT_HOOKS_BUILD_BACKEND': 'flaxpq.backend',
+        '_PYPROJECT_HOOKS_BACKEND_PATH_JSON': f'["{REPO_ROOT}"]',
+        '_PYPROJECT_HOOKS_BACKEND_PATH': str(REPO_ROOT),
+        'PIP_BUILD_TRACKER': '/tmp/pip-build-tracker-x',
+        'PIP_REQ_TRACKER': '/tmp/pip-req-tracker-x',
+        'UV_INTERNAL__BUILD_DIR': str(REPO_ROOT),
+    }
+    kept = {'PIP_INDEX_URL': 'https://mirror.example/simple', 'PYTHONPATH': '/site'}
+    for name, value in {**hook_variables, **kept}.items():
+        monkeypatch.setenv(name, value)
+    env = sdist.pip_environment()
+    assert not hook_variables.keys() & env.keys()
+    assert kept.items() <= env.items()
+
+
+@pytest.mark.parametrize(('output', 'expected'), [
+    ('Could not fetch URL http://127.0.0.1:9/simple/flax/: connection error: '
+     '[Errno 111] Connection refused - skipping',
+     'Connection refused at http://127.0.0.1:9/simple/flax/'),
+    ("Could not fetch URL https://mirror.example/simple/flax/: connection error: "
+     "HTTPSConnectionPool(host='mirror.example', port=443): Max retries exceeded "
+     "with url: /simple/flax/ (Caused by NewConnectionError(\"HTTPSConnection("
+     "host='mirror.example', port=443): Failed to establish a new connection: "
+     "[Errno 101] Network is unreachable\")) - skipping",
+     'Failed to establish a new connection: [Errno 101] Network is unreachable '
+     'at https://mirror.example/simple/flax/'),
+    ("WARNING: Retrying (Retry(total=0, ...)) after connection broken by "
+     "'NameResolutionError(\"HTTPSConnection(host='x.invalid', port=443): Failed "
+     "to resolve 'x.invalid' ([Errno -2] Name or service not known)\")': /simple/flax/",
+     'Name or service not known'),
+    ('ERROR: Could not find a version that satisfies the requirement flax==0.12.12', None),
+    ('ERROR: Failed to build installable wheels for some pyproject.toml based '
+     'projects (setuptools-scm)\nsocket read timed out in a test log', None),
+])
+def test_offline_advice_only_for_network_failures(output: str, expected: str | None) -> None:
+    assert sdist.network_failure(output) == expected
+    offline = sdist.offline_cause(output)
+    assert offline == (expected and f'pip could not reach the package index ({expected})')
+
+
+def test_no_index_is_an_offline_cause_too() -> None:
+    assert 'without a package index' in sdist.offline_cause(
+        'Ignoring indexes: https://example.org/simple\nERROR: No matching distribution')
