@@ -32,6 +32,9 @@ from tests.e2e.checks import metadata_problems, optimizer_problems
 from tests.realcode import maxtext_scan
 
 PIN = Project().pin()
+# MaxText 0.2.5 reads Variables through APIs flax 0.12 deprecates ('.value',
+# 'sharding_names', Rngs.fork(split=)); not ours to fix.
+pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 CASES = [
     pytest.param({'layers': 4, 'param_scan_axis': 0, 'remat': False}, id='L4-axis0'),
     pytest.param({'layers': 4, 'param_scan_axis': 1, 'remat': True}, id='L4-axis1-remat'),

@@ -1,4 +1,4 @@
-"""Fixtures for the end-to-end tests: vanilla flax, for side-by-side runs."""
+"""Fixtures shared by our tests: vanilla flax, for side-by-side runs."""
 
 from __future__ import annotations
 
