@@ -54,7 +54,7 @@ our-tests: install
 # and runs each examples/nnx_toy_examples script as one test.
 UPSTREAM_TREE := build/upstream-tests
 UPSTREAM_PYTEST = PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
-	-p upstream_plugin -p no:cacheprovider -q -rfEs -n $(WORKERS) --durations=15
+	-p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
 upstream-tests: upstream-suite upstream-examples
 
 upstream-tree: install
