@@ -95,11 +95,12 @@ def make_train_step(layers: int, param_scan_axis: int, remat: bool) -> Callable[
 def moment_mismatches(stack: nnx.Module, optimizer: nnx.Optimizer) -> list[str]:
     """Adam's mu and nu leaves whose sharding is not equivalent to their parameter's."""
     adam_state = optimizer.opt_state[0]
+    moments = {name: dict(nnx.to_flat_state(getattr(adam_state, name))) for name in ('mu', 'nu')}
     found = []
     for path, param in nnx.to_flat_state(nnx.state(stack, nnx.Param)):
         value = param.get_value()
-        for moment in ('mu', 'nu'):
-            leaf = dict(nnx.to_flat_state(getattr(adam_state, moment)))[path].get_value()
+        for moment, leaves in moments.items():
+            leaf = leaves[path].get_value()
             if not leaf.sharding.is_equivalent_to(value.sharding, value.ndim):
                 found.append(f'{moment}/{"/".join(map(str, path))}: {leaf.sharding.spec}'
                              f' vs parameter {value.sharding.spec}')

@@ -71,7 +71,7 @@ def test_ours_adam_moments_sharded_like_each_parameter(arguments: dict[str, Any]
     assert report['moment_mismatches'] == []
     assert optimizer_problems(report) == []
     assert metadata_problems(report) == []
-    assert report['params'] == report['before']['params'], 'training moved a parameter'
+    assert report['params'] == report['before']['params'], 'training re-sharded a parameter'
     assert_trains(report)
 
 
