@@ -1,6 +1,6 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
-#   make test   venv + our wheel, then our tests and upstream's tests/nnx
-#               (about 15-25 min on 2 cores; `==` lines mark the long steps)
+#   make test   venv + our wheel, then our tests, upstream's tests/ and NNX examples
+#               (about 20-30 min on 2 cores; `==` lines mark the long steps)
 #   make demo   venv + our wheel, then examples/scan_over_layers.py
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
@@ -15,7 +15,8 @@ export JAX_PLATFORMS ?= cpu
 # A timestamped progress line: $(call step,what is happening)
 step = @echo "== $$(date +%H:%M:%S) $(1)"
 
-.PHONY: test demo bench check install venv our-tests upstream-tests clean
+.PHONY: test demo bench check install venv our-tests upstream-tests upstream-tree \
+	upstream-suite upstream-examples clean
 
 test: install check our-tests upstream-tests
 
@@ -32,13 +33,16 @@ $(VENV)/.ready:
 	touch $@
 
 # Build our wheel once through PEP 517 (pip wheel .), then install it over
-# whatever flax the venv had, with upstream's dependencies and our test tools.
+# whatever flax the venv had, with upstream's dependencies, our test tools,
+# what upstream's tests and examples need, and MaxText without its dependencies.
 install: venv
 	rm -rf build/dist
 	$(call step,building our wheel: upstream sdist + patches (under a minute))
 	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/dist .
 	$(call step,built $$(cd build/dist && echo flax-*.whl); installing it with its dependencies)
-	$(PY) -m pip install --quiet -r requirements/test.txt build/dist/flax-*.whl
+	$(PY) -m pip install --quiet -r requirements/test.txt -r requirements/upstream-tests.txt \
+		build/dist/flax-*.whl
+	$(PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
 	$(PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
 	$(PY) -c 'import flax; print("installed flax", flax.__version__)'
 
@@ -50,16 +54,31 @@ our-tests: install
 	$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider tests
 	$(call step,our suite done)
 
-# Upstream's tests run from the patched tree with flax/ removed, so that only
-# the installed wheel can be imported: all of tests/nnx, plus the Linen and
-# core metadata tests that the bridge patch touches.
-UPSTREAM_TESTS := tests/nnx tests/linen/linen_meta_test.py \
-	tests/linen/linen_transforms_test.py tests/core/core_meta_test.py
-upstream-tests: install
-	$(PY) -m flaxpq tests-tree --dest build/upstream-tests --force
-	$(call step,upstream suite: tests/nnx and the Linen/core metadata tests)
-	cd build/upstream-tests && ../../$(VENV)/bin/pytest -n $(WORKERS) -q -p no:cacheprovider $(UPSTREAM_TESTS)
-	$(call step,upstream suite done)
+# Upstream's tests and examples run from the patched tree with flax/ removed,
+# so that only the installed wheel can be imported, in pytest processes of
+# their own (their modules set XLA_FLAGS at import time). tests/upstream/
+# upstream_plugin.py skips what tests/upstream/skips.txt lists, with reasons,
+# and runs each examples/nnx_toy_examples script as one test.
+UPSTREAM_TREE := build/upstream-tests
+UPSTREAM_PYTEST = PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
+	-p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
+upstream-tests: upstream-suite upstream-examples
+
+upstream-tree: install
+	$(PY) -m flaxpq tests-tree --dest $(UPSTREAM_TREE) --force
+
+# The whole tests/ tree, in the environment of upstream's tests/run_all_tests.sh.
+upstream-suite: upstream-tree
+	$(call step,upstream suite: the whole tests/ of the patched tree)
+	cd $(UPSTREAM_TREE) && XLA_FLAGS=--xla_force_host_platform_device_count=4 \
+		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 $(UPSTREAM_PYTEST) tests
+
+# The NNX examples, on one CPU device as upstream runs them (the toy examples
+# that need more set XLA_FLAGS themselves).
+upstream-examples: upstream-tree
+	$(call step,upstream examples: examples/nnx_toy_examples and examples/gemma)
+	cd $(UPSTREAM_TREE) && XLA_FLAGS= $(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
+	$(call step,upstream examples done)
 
 clean:
 	rm -rf build dist $(VENV)

@@ -1,4 +1,4 @@
-"""Shared fixtures: vanilla flax, for side-by-side runs (tests/e2e, tests/oracle)."""
+"""Shared fixtures: vanilla flax, for side-by-side runs (e2e, oracle, realcode)."""
 
 from __future__ import annotations
 
