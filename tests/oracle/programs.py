@@ -10,8 +10,10 @@ positionally to the per-layer spec, innermost first:
   paths ignore ``transform_metadata``), into tuple-valued extra keys only, at
   the raw (possibly negative) ``list.insert`` index after padding with None,
   and always returns a tuple;
-- ours inserts the name or ``None`` at the normalized axis into every
-  sharding-like field, keeping tuple / list / PartitionSpec.
+- ours inserts the name (graph mode with graph updates; tree mode ignores
+  the keyword as vanilla) or ``None`` at the normalized axis into every
+  sharding-like field, keeping tuple / list / PartitionSpec; an
+  ``nnx.transform_metadata`` decorator inside a stack names that axis.
 """
 
 from __future__ import annotations
@@ -146,16 +148,21 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
                 if not spec or not spec.entries:  # None and () stay as they are
                     continue
                 if stack.decorator is not None:  # the decorator inserts at axis 0
+                    if field == EXTRA_KEY:  # it names only PARTITION_NAME
+                        continue
                     if flax == 'ours':
                         fields[field] = _ours_insert(spec, 0, stack.decorator)
                     elif field == 'out_sharding':
                         fields[field] = _vanilla_insert(spec, 0, stack.decorator)
                     continue
-                if field == EXTRA_KEY and not stack.extra:
+                # Both flaxes read the transform_metadata keyword in graph mode
+                # with graph updates only; tree mode ignores it.
+                keyword = MODES[stack.mode] == (True, True)
+                if field == EXTRA_KEY and not (stack.extra and keyword):
                     continue
-                named = stack.partition != DEFAULT
+                named = stack.partition != DEFAULT and keyword
                 if flax == 'vanilla':
-                    honoured = named and MODES[stack.mode] == (True, True)
+                    honoured = named
                     if not honoured:
                         continue
                     if field == 'out_sharding':
@@ -183,7 +190,8 @@ def resolve(spec: dict[str, Any] | None, leaf: Leaf, program: Program) -> list[A
 
 def apply_axis_entry(program: Program, meta: dict[str, dict[str, Any]]) -> bool:
     """Whether a named Apply can remove its name at the outermost axis (ours)."""
-    if program.apply is None or program.apply.partition == DEFAULT or not program.stacks:
+    if program.apply is None or program.apply.partition == DEFAULT or not program.stacks \
+            or MODES[program.apply.mode] != (True, True):  # tree mode ignores the name
         return True
     for leaf in program.leaves:
         spec = meta[leaf.name]['out_sharding']
