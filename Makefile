@@ -1,6 +1,6 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then our tests, upstream's tests/ and NNX examples
-#               (about 18 min on 2 cores with warm caches; `==` lines mark the long steps)
+#               (11-18 min on 2 cores with warm caches; `==` lines mark the long steps)
 #   make demo   venv + our wheel, then examples/scan_over_layers.py
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
