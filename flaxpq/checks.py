@@ -266,6 +266,15 @@ def applies_alone(project: Project, tree: Path) -> list[str]:
     return problems
 
 
+def upstream_hooks(project: Project, tree: Path, head: str,
+                   tools: Path | None = None) -> hooks_mod.Report:
+    """Upstream's pre-commit hooks on the files of the upstream-bound patches,
+    ``tree`` holding the series at ``head`` over the ``upstream`` tag."""
+    bound = [p for p in patchfile.read_series(project) if p.upstream_bound]
+    return hooks_mod.run(tree, gitqueue.UPSTREAM_TAG, head, bound,
+                         tools or hooks_mod.tools_dir(project))
+
+
 @dataclasses.dataclass
 class Check:
     """One check's outcome: problems, extra lines to print, and its time."""
@@ -304,10 +313,8 @@ def run_checks(project: Project, sdist: Path, *, hooks: bool = True,
             gitqueue.git(tree, 'am', '--abort', check=False)
             timed('each patch applies alone', lambda: applies_alone(project, tree))
         if hooks and series_applies:
-            bound = [p for p in patchfile.read_series(project) if p.upstream_bound]
-            timed('upstream pre-commit hooks', lambda: hooks_mod.run(
-                tree, gitqueue.UPSTREAM_TAG, head, bound,
-                tools or hooks_mod.tools_dir(project)))
+            timed('upstream pre-commit hooks',
+                  lambda: upstream_hooks(project, tree, head, tools))
         elif hooks:
             results.append(Check('upstream pre-commit hooks', [], 0.0,
                                  ['skipped: the series does not apply']))

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from flaxpq import QueueError, checks, gitqueue, hooks, patchfile, sdist, upstream, wheel
+from flaxpq import QueueError, checks, gitqueue, hooks, sdist, upstream, wheel
 from flaxpq.project import Project
 
 
@@ -149,5 +149,4 @@ def run_hooks(project: Project) -> hooks.Report:
         tree = Path(tmp) / 'tree'
         gitqueue.materialize(project, sdist_path, tree)
         head = gitqueue.git(tree, 'rev-parse', 'HEAD').stdout.strip()
-        bound = [p for p in patchfile.read_series(project) if p.upstream_bound]
-        return hooks.run(tree, gitqueue.UPSTREAM_TAG, head, bound, hooks.tools_dir(project))
+        return checks.upstream_hooks(project, tree, head)
