@@ -305,6 +305,10 @@ def run_program(program: Program) -> Report:
     import flax
     if program.custom and program.custom.startswith('scenario:'):
         return {'flax_version': flax.__version__, 'scenario': run_scenario(program)}
+    if program.custom and program.custom.startswith('probe:'):
+        from tests.oracle import probes
+        return {'flax_version': flax.__version__,
+                'probe': probes.run(program.custom.split(':', 1)[1])}
     report: Report = {'flax_version': flax.__version__, 'outcome': 'ok'}
     stage = ['create']
     model: Any = None

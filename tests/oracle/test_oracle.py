@@ -12,6 +12,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.oracle import probes
 from tests.oracle.compare import Divergence, compare, compare_scenario
 from tests.oracle.conftest import Pair
 from tests.oracle.corpus import ROWS, SCENARIOS
@@ -51,6 +52,21 @@ def test_rows(oracle: Pair, program: Program) -> None:
 def test_e2e_regression_guards(oracle: Pair, program: Program) -> None:
     vanilla, ours = oracle.run(program)
     judge(program, compare_scenario(program, vanilla, ours), expect_intended=False)
+
+
+PROBES = probes.load()
+
+
+@pytest.mark.parametrize('name', sorted(PROBES))
+def test_probes(oracle: Pair, name: str) -> None:
+    """Hand-written user programs (tests/oracle/probes): as vanilla, or fixed."""
+    program = Program(f'probe {name}', custom=f'probe:{name}')
+    vanilla, ours = oracle.run(program)
+    found = probes.compare(PROBES[name], vanilla['probe'], ours['probe'])
+    judge(program, [(t, m) for t, m in found if t != 'vacuous'],
+          expect_intended=PROBES[name].fixed is not None)
+    vacuous = [m for t, m in found if t == 'vacuous']
+    assert SELF_CHECK or not vacuous, vacuous
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -1,0 +1,81 @@
+"""Probes: small user programs, run under vanilla flax and ours side by side.
+
+A probe is a function that does what a user does and returns a JSON-able
+report of what flax made of it (metadata, array shardings, values, errors).
+``tests.oracle.runner`` runs it in both workers; ``test_probes`` compares:
+
+- ``@probe()``: the program runs on vanilla, so ours must give the same
+    report (DESIGN.md I0);
+- ``@probe(fixed=check)``: vanilla is wrong here (the #5112 family), so
+    ``check(report)`` lists the problems of a report: it must find some in
+    vanilla's (else the probe proves nothing) and none in ours.
+
+Probes live in the modules of ``MODULES``, one per topic; no flax import here
+at module level beyond what the probes themselves need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import traceback
+from typing import Any, Callable
+
+Report = dict[str, Any]
+Check = Callable[[Report], list[str]]
+MODULES = ('transforms', 'optimizer', 'bridge', 'errors')
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    name: str
+    fn: Callable[[], Report]
+    fixed: Check | None = None
+
+
+PROBES: dict[str, Probe] = {}
+
+
+def probe(fixed: Check | None = None) -> Callable[[Callable[[], Report]], Callable[[], Report]]:
+    """Registers a probe under ``<module>.<function name>``."""
+
+    def register(fn: Callable[[], Report]) -> Callable[[], Report]:
+        name = f'{fn.__module__.rsplit(".", 1)[-1]}.{fn.__name__}'
+        PROBES[name] = Probe(name, fn, fixed)
+        return fn
+
+    return register
+
+
+def load() -> dict[str, Probe]:
+    """Imports every probe module that exists and returns the registry."""
+    for module in MODULES:
+        try:
+            importlib.import_module(f'{__name__}.{module}')
+        except ModuleNotFoundError as e:
+            if e.name != f'{__name__}.{module}':
+                raise
+    return PROBES
+
+
+def run(name: str) -> Report:
+    """Runs one probe; an exception becomes ``{'error': 'Type: first line'}``."""
+    try:
+        return load()[name].fn()
+    except Exception as e:  # noqa: BLE001 -- the outcome is the report
+        lines = str(e).strip().splitlines()
+        return {'error': f'{type(e).__name__}: {lines[0] if lines else ""}',
+                        'traceback': traceback.format_exc(limit=-3)[-1500:]}
+
+
+def compare(probe_: Probe, vanilla: Report, ours: Report) -> list[tuple[str, str]]:
+    """Divergences as ``(tag, message)``: 'compat' breaks I0, 'intended' is #5112."""
+    strip = lambda r: {k: v for k, v in r.items() if k != 'traceback'}  # noqa: E731
+    if probe_.fixed is None:
+        if strip(vanilla) != strip(ours):
+            return [('compat', f'ours {strip(ours)}\nvanilla {strip(vanilla)}')]
+        return []
+    found = [('intended', f'ours: {p}') for p in probe_.fixed(ours)]
+    if not probe_.fixed(vanilla):
+        found.append(('vacuous', f'vanilla passes the check too: {strip(vanilla)}'))
+    return found
