@@ -17,8 +17,9 @@ from flaxpq import QueueError, gitqueue, patchfile
 from flaxpq import hooks as hooks_mod
 from flaxpq.project import Project
 
-# Patch headers (docs/maintainers.md): `area: summary` subjects, short bodies.
-SUBJECT = re.compile(r'^[a-z][a-z0-9_./-]*: \S')
+# Patch headers (docs/maintainers.md): `[area] summary` subjects as upstream
+# writes them (`[nnx] ...`, `[linen] ...`), short bodies.
+SUBJECT = re.compile(r'^\[[a-z][a-z0-9_./-]*\] \S')
 MAX_WIDTH = 72
 MAX_BODY_LINES = 12
 URL = re.compile(r'^https?://\S+$')
@@ -75,8 +76,8 @@ def _header_problems(patch: patchfile.Patch, order: dict[str, int]) -> list[str]
     problems = []
     subject = patch.subject
     if not SUBJECT.match(subject):
-        problems.append(f'subject {subject!r} is not `area: summary` (e.g. '
-                        '`nnx: keep out_sharding aligned with array rank`)')
+        problems.append(f'subject {subject!r} is not `[area] summary` (e.g. '
+                        '`[nnx] keep out_sharding aligned with array rank`)')
     if len(subject) > MAX_WIDTH or subject.endswith('.'):
         problems.append(f'subject is {len(subject)} columns or ends with a period '
                         f'(at most {MAX_WIDTH}, no period, like a PR title)')
