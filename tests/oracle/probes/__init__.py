@@ -8,7 +8,8 @@ report of what flax made of it (metadata, array shardings, values, errors).
     report (DESIGN.md I0);
 - ``@probe(fixed=check)``: vanilla is wrong here (the #5112 family), so
     ``check(report)`` lists the problems of a report: it must find some in
-    vanilla's (else the probe proves nothing) and none in ours.
+    vanilla's (else the probe proves nothing) and none in ours; the report
+    keys named in ``same`` (values, array shardings) must still be equal.
 
 Probes live in the modules of ``MODULES``, one per topic; no flax import here
 at module level beyond what the probes themselves need.
@@ -31,17 +32,19 @@ class Probe:
     name: str
     fn: Callable[[], Report]
     fixed: Check | None = None
+    same: tuple[str, ...] = ()
 
 
 PROBES: dict[str, Probe] = {}
 
 
-def probe(fixed: Check | None = None) -> Callable[[Callable[[], Report]], Callable[[], Report]]:
+def probe(fixed: Check | None = None, same: tuple[str, ...] = ()
+          ) -> Callable[[Callable[[], Report]], Callable[[], Report]]:
     """Registers a probe under ``<module>.<function name>``."""
 
     def register(fn: Callable[[], Report]) -> Callable[[], Report]:
         name = f'{fn.__module__.rsplit(".", 1)[-1]}.{fn.__name__}'
-        PROBES[name] = Probe(name, fn, fixed)
+        PROBES[name] = Probe(name, fn, fixed, same)
         return fn
 
     return register
@@ -75,7 +78,12 @@ def compare(probe_: Probe, vanilla: Report, ours: Report) -> list[tuple[str, str
         if strip(vanilla) != strip(ours):
             return [('compat', f'ours {strip(ours)}\nvanilla {strip(vanilla)}')]
         return []
-    found = [('intended', f'ours: {p}') for p in probe_.fixed(ours)]
-    if not probe_.fixed(vanilla):
+    check = probe_.fixed
+    problems = lambda r: [r['error']] if 'error' in r else check(r)  # noqa: E731
+    found = [('intended', f'ours: {p}') for p in problems(ours)]
+    found += [('compat', f'{key}: ours {ours.get(key)}, vanilla {vanilla.get(key)}')
+              for key in probe_.same
+              if 'error' not in vanilla and ours.get(key) != vanilla.get(key)]
+    if not problems(vanilla):
         found.append(('vacuous', f'vanilla passes the check too: {strip(vanilla)}'))
     return found

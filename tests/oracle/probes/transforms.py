@@ -1,0 +1,380 @@
+"""Issue 17's rows and their families: lifted transforms and the metadata.
+
+Mesh ``(2, 4)`` ``('a', 'b')`` (Auto unless said), per-layer kernels
+``(4, 8)`` declared ``('a', 'b')`` or ``(None, 'b')``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from tests.oracle.probes import Report, probe
+from tests.oracle.probes.util import mesh, sharding, spec
+
+SPEC = ('a', 'b')
+
+
+def layer(rngs: nnx.Rngs, out_sharding: Any = SPEC) -> nnx.Linear:
+    init = nnx.with_partitioning(nnx.initializers.lecun_normal(), out_sharding)
+    return nnx.Linear(4, 8, use_bias=False, kernel_init=init, rngs=rngs)
+
+
+def stack(size: int = 3, out_sharding: Any = SPEC, **vmap_kwargs: Any) -> nnx.Linear:
+    @nnx.split_rngs(splits=size)
+    @nnx.vmap(**{'in_axes': 0, 'out_axes': 0, **vmap_kwargs})
+    def create(rngs: nnx.Rngs) -> nnx.Linear:
+        return layer(rngs, out_sharding)
+
+    return create(nnx.Rngs(0))
+
+
+def digest(x: Any) -> str:
+    """Values rounded to 5 decimals, hashed: equal across flaxes or not."""
+    rounded = np.round(np.asarray(jax.device_get(x), dtype=np.float64), 5)
+    return f'{list(rounded.shape)}:' + hashlib.sha256(rounded.tobytes()).hexdigest()[:16]
+
+
+def kernel(model: Any) -> Report:
+    value = model.kernel.get_value()
+    return {'shape': list(value.shape), 'sharding': sharding(value),
+            'out_sharding': spec(model.kernel.out_sharding)}
+
+
+def stacked_problems(*kernels: Report) -> list[str]:
+    """A stacked kernel's metadata must be as long as its rank, and say where it lives."""
+    problems = []
+    for k in kernels:
+        entries = k['out_sharding'][1]
+        if len(entries) != len(k['shape']):
+            problems.append(f'{entries} on a {k["shape"]} array')
+        elif k['sharding'] is not None and entries != k['sharding']:
+            problems.append(f'metadata {entries}, array {k["sharding"]}')
+    return problems
+
+
+# Row 1: pytree ops between mapped and unmapped Variables inside a body.
+@probe()
+def tree_map_mapped_and_shared_in_scan() -> Report:
+    with jax.set_mesh(mesh()):
+        layers = stack()
+        shared = layer(nnx.Rngs(1))
+
+        @nnx.scan(in_axes=(0, None, nnx.Carry), out_axes=nnx.Carry)
+        def body(layer_: nnx.Linear, shared_: nnx.Linear, total: jax.Array) -> jax.Array:
+            added = jax.tree.map(lambda p, s: p + s, nnx.state(layer_), nnx.state(shared_))
+            return total + jnp.sum(added['kernel'][...])
+
+        total = body(layers, shared, jnp.zeros(()))
+    return {'total': digest(total)}
+
+
+# Row 2: nothing of the bookkeeping shows inside a body.
+@probe()
+def metadata_seen_inside_scan_body() -> Report:
+    seen: dict[str, Any] = {}
+    with jax.set_mesh(mesh()):
+        layers = stack()
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def body(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+            metadata = layer_.kernel.get_metadata()
+            seen['keys'] = sorted(metadata)
+            seen['out_sharding'] = spec(metadata['out_sharding'])
+            seen['graphdef'] = re.sub(r' at 0x[0-9a-f]+', '', str(nnx.graphdef(layer_)))
+            seen['repr'] = repr(layer_.kernel).count('\n')
+            return layer_(x)[:, :4]
+
+        body(layers, jnp.ones((2, 4)))
+    return seen
+
+
+# Row 3: one jitted function, inside and outside a transform: one trace.
+@probe()
+def jitted_layer_inside_and_outside_scan() -> Report:
+    traces = []
+
+    @nnx.jit
+    def apply(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return layer_(x)
+
+    with nnx.use_eager_sharding(False):
+        plain = layer(nnx.Rngs(1))
+        layers = stack()
+        x = jnp.ones((8, 4))
+        apply(plain, x)
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def body(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+            return apply(layer_, x)[:, :4]
+
+        y = body(layers, x)
+    return {'traces': len(traces), 'y': digest(y)}
+
+
+# Row 4: the decorator under jit, used under nnx.vmap and under jax.vmap.
+def decorated_create(graph: bool) -> Any:
+    @nnx.transform_metadata(in_axes=0, out_axes=0, partition='a', graph=graph)
+    def create(key: jax.Array) -> nnx.Linear:
+        return layer(nnx.Rngs(key), (None, 'b'))
+
+    return nnx.jit(create, graph=graph) if graph else jax.jit(create)
+
+
+@probe()
+def decorator_under_jit_nnx_vmap_then_jax_vmap() -> Report:
+    keys = jax.random.split(jax.random.key(0), 2)
+    out: Report = {}
+    with nnx.use_eager_sharding(False):
+        g = decorated_create(graph=False)
+        out['nnx_vmap'] = spec(nnx.vmap(g, graph=False)(keys).kernel.out_sharding)
+        out['jax_vmap'] = spec(jax.vmap(g)(keys).kernel.out_sharding)
+        out['nnx_vmap_again'] = spec(nnx.vmap(g, graph=False)(keys).kernel.out_sharding)
+        model = jax.vmap(g)(keys)
+        out['keys'] = sorted(model.kernel.get_metadata())
+    return out
+
+
+@probe()
+def decorator_jax_vmap_then_nnx_vmap() -> Report:
+    keys = jax.random.split(jax.random.key(0), 2)
+    out: Report = {}
+    with nnx.use_eager_sharding(False):
+        g = decorated_create(graph=False)
+        out['jax_vmap'] = spec(jax.vmap(g)(keys).kernel.out_sharding)
+        out['nnx_vmap'] = spec(nnx.vmap(g, graph=False)(keys).kernel.out_sharding)
+    return out
+
+
+@probe()
+def decorator_flip_recipe_graph_mode() -> Report:
+    """FLIP 5310's recipe: the decorator right under nnx.vmap, short spec too."""
+    out: Report = {}
+    for name, per_layer in (('full', ('a', 'b')), ('short', ('b',)), ('none', None)):
+        for partition in ('layers', None):
+            with nnx.use_eager_sharding(False):
+                @nnx.split_rngs(splits=3)
+                @nnx.vmap(in_axes=0, out_axes=0)
+                @nnx.transform_metadata(in_axes=0, out_axes=0, partition=partition)
+                def create(rngs: nnx.Rngs) -> nnx.Linear:
+                    return layer(rngs, per_layer)
+
+                model = create(nnx.Rngs(0))
+                seen = {}
+
+                @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+                @nnx.transform_metadata(in_axes=(0, None), out_axes=None,
+                                        partition=partition)
+                def forward(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+                    seen['body'] = spec(layer_.kernel.out_sharding)
+                    return layer_(x)[:, :4]
+
+                forward(model, jnp.ones((2, 4)))
+            out[f'{name}-{partition}'] = [spec(model.kernel.out_sharding), seen['body']]
+    return out
+
+
+# Row 5: the decorator under jax.vmap inside a default nnx.vmap over layers.
+def experts_in_layers_problems(r: Report) -> list[str]:
+    return stacked_problems(r['kernel']) + (
+        [] if r['kernel']['out_sharding'][1][:2] == [None, 'expert'] else
+        [f'experts axis not second: {r["kernel"]}'])
+
+
+@probe(fixed=experts_in_layers_problems)
+def decorator_under_jax_vmap_inside_nnx_vmap() -> Report:
+    with nnx.use_eager_sharding(False):
+        @nnx.transform_metadata(in_axes=0, out_axes=0, partition='expert', graph=False)
+        def expert(key: jax.Array) -> nnx.Linear:
+            return layer(nnx.Rngs(key), ('a', None))
+
+        @nnx.vmap(in_axes=0, out_axes=0)
+        def create_layer(key: jax.Array) -> nnx.Linear:
+            return jax.vmap(expert)(jax.random.split(key, 2))
+
+        model = create_layer(jax.random.split(jax.random.key(0), 3))
+    return {'kernel': kernel(model)}
+
+
+# Row 6: nnx.update inside an unnamed vmap over a 'layers'-named stack.
+def named_kept_problems(r: Report) -> list[str]:
+    found = r['kernel']['out_sharding'][1]
+    return [] if found == ['layers', 'a', None] else [f'out_sharding {found}']
+
+
+@probe(fixed=named_kept_problems, same=('values',))
+def update_in_body_keeps_named_entry() -> Report:
+    with nnx.use_eager_sharding(False):
+        layers = stack(out_sharding=('a', None),
+                       transform_metadata={nnx.PARTITION_NAME: 'layers'})
+        pretrained = layer(nnx.Rngs(7), ('a', None))
+
+        @nnx.vmap(in_axes=(0, None), out_axes=0)
+        def load(layer_: nnx.Linear, block: nnx.Linear) -> None:
+            nnx.update(layer_, nnx.state(block))
+
+        load(layers, pretrained)
+    return {'kernel': kernel(layers), 'values': digest(layers.kernel[...])}
+
+
+# Row 7: copies with in_axes != out_axes; the default equals an explicit None.
+def copies_problems(r: Report) -> list[str]:
+    problems = stacked_problems(r['default'], r['explicit'], r['rebuilt'])
+    if r['default'] != r['explicit']:
+        problems.append(f'default {r["default"]} != explicit None {r["explicit"]}')
+    return problems
+
+
+@probe(fixed=copies_problems, same=('values',))
+def copy_with_other_out_axes() -> Report:
+    out: Report = {}
+    with jax.set_mesh(mesh()):
+        layers = stack(3, ('a', 'b'), out_axes=1,
+                       transform_metadata={nnx.PARTITION_NAME: None})
+        clone = lambda p: nnx.clone(p)  # noqa: E731
+        rebuild = lambda p: nnx.Param(p.get_value(), **p.get_metadata())  # noqa: E731
+        for name, fn, kwargs in (('default', clone, {}), ('rebuilt', rebuild, {}),
+                                 ('explicit', clone,
+                                  {'transform_metadata': {nnx.PARTITION_NAME: None}})):
+            copy = nnx.vmap(fn, in_axes=1, out_axes=0, **kwargs)(layers.kernel)
+            value = copy.get_value()
+            out[name] = {'shape': list(value.shape), 'sharding': sharding(value),
+                         'out_sharding': spec(copy.out_sharding)}
+        out['values'] = digest(copy[...])
+    return out
+
+
+@probe()
+def copy_with_other_out_axes_explicit_none() -> Report:
+    with jax.set_mesh(mesh()):
+        layers = stack(3, ('a', 'b'), out_axes=1,
+                       transform_metadata={nnx.PARTITION_NAME: None})
+        copy = nnx.vmap(lambda p: nnx.clone(p), in_axes=1, out_axes=0,
+                        transform_metadata={nnx.PARTITION_NAME: None})(layers.kernel)
+    return {'copy': spec(copy.out_sharding), 'input': spec(layers.kernel.out_sharding),
+            'sharding': sharding(copy.get_value())}
+
+
+# Row 8: named mode treats optimizer_sharding as vanilla does.
+@probe()
+def named_scan_leaves_optimizer_sharding_alone() -> Report:
+    seen: dict[str, Any] = {}
+    with nnx.use_eager_sharding(False):
+        model = nnx.Module()
+        model.kernel = nnx.Param(jnp.ones((3, 4, 8)), out_sharding=('layers', 'a', 'b'),
+                                 optimizer_sharding=('a', None, 'b'))
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
+                  transform_metadata={nnx.PARTITION_NAME: 'layers'})
+        def body(m: nnx.Module, x: jax.Array) -> jax.Array:
+            seen['body'] = [spec(m.kernel.out_sharding), spec(m.kernel.optimizer_sharding)]
+            return x @ m.kernel[...][:, :4]
+
+        y = body(model, jnp.ones((2, 4)))
+    return {'seen': seen, 'after': [spec(model.kernel.out_sharding),
+                                    spec(model.kernel.optimizer_sharding)],
+            'y': digest(y)}
+
+
+# Row 9: tree mode honours a PARTITION_NAME for the Variables it creates.
+def tree_named_problems(r: Report) -> list[str]:
+    found = r['created'][1]
+    return [] if found == ['layers', 'a', 'b'] else [f'created {found}']
+
+
+@probe(fixed=tree_named_problems, same=('applied', 'y'))
+def tree_mode_named_create_and_apply() -> Report:
+    with nnx.use_eager_sharding(False):
+        @nnx.vmap(in_axes=0, out_axes=0, graph=False,
+                  transform_metadata={nnx.PARTITION_NAME: 'layers'})
+        def create(key: jax.Array) -> nnx.Linear:
+            return layer(nnx.Rngs(key))
+
+        model = create(jax.random.split(jax.random.key(0), 3))
+        created = spec(model.kernel.out_sharding)
+
+        @nnx.vmap(in_axes=(0, None), out_axes=0, graph=False,
+                  transform_metadata={nnx.PARTITION_NAME: 'layers'})
+        def apply(m: nnx.Linear, x: jax.Array) -> jax.Array:
+            return m(x)
+
+        y = apply(model, jnp.ones((2, 4)))
+    return {'created': created, 'applied': spec(model.kernel.out_sharding),
+            'y': digest(y)}
+
+
+# Rows 10 and 11: spmd_axis_name names and shards the stacked axis.
+def spmd_problems(r: Report) -> list[str]:
+    return stacked_problems(*r.values()) + [
+        f'{name}: layer axis not sharded: {k["sharding"]}'
+        for name, k in r.items() if k['sharding'][0] != k['axis']]
+
+
+@probe(fixed=spmd_problems)
+def spmd_axis_name_under_jit_auto() -> Report:
+    with jax.set_mesh(mesh()):
+        @nnx.jit
+        def create() -> nnx.Linear:
+            return stack(2, (None, 'b'), spmd_axis_name='a')
+
+        return {'jit': {**kernel(create()), 'axis': 'a'},
+                'eager': {**kernel(stack(2, (None, 'b'), spmd_axis_name='a')),
+                          'axis': 'a'}}
+
+
+@probe(fixed=spmd_problems)
+def spmd_axis_name_explicit_mesh() -> Report:
+    names = ('layers', 'fsdp', 'tensor')
+    with jax.set_mesh(mesh('explicit', (2, 2, 2), names)):
+        eager = stack(2, ('fsdp', 'tensor'), spmd_axis_name='layers')
+        jitted = jax.jit(lambda: nnx.state(stack(2, ('fsdp', 'tensor'),
+                                                 spmd_axis_name='layers')))()
+        jit_kernel = jitted['kernel']
+        value = jit_kernel.get_value()
+        return {'eager': {**kernel(eager), 'axis': 'layers'},
+                'jit': {'shape': list(value.shape), 'sharding': sharding(value),
+                        'out_sharding': spec(jit_kernel.out_sharding), 'axis': 'layers'}}
+
+
+# Families: nested transforms, unnamed pass-through of named stacks.
+@probe(same=('y',))
+def named_stack_through_default_scan() -> Report:
+    seen: dict[str, Any] = {}
+    with jax.set_mesh(mesh()):
+        layers = stack(2, (None, 'b'), transform_metadata={nnx.PARTITION_NAME: 'a'})
+        before = spec(layers.kernel.out_sharding)
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def body(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+            seen['body'] = spec(layer_.kernel.out_sharding)
+            return layer_(x)[:, :4]
+
+        y = body(layers, jnp.ones((2, 4)))
+    return {'before': before, 'after': spec(layers.kernel.out_sharding),
+            'y': digest(y)}
+
+
+def nested_problems(r: Report) -> list[str]:
+    return stacked_problems(r['kernel'])
+
+
+@probe(fixed=nested_problems, same=('values',))
+def nested_vmap_in_vmap() -> Report:
+    with jax.set_mesh(mesh()):
+        @nnx.vmap(in_axes=0, out_axes=0)
+        def outer(key: jax.Array) -> nnx.Linear:
+            @nnx.vmap(in_axes=0, out_axes=1)
+            def inner(key: jax.Array) -> nnx.Linear:
+                return layer(nnx.Rngs(key), (None, 'b'))
+
+            return inner(jax.random.split(key, 2))
+
+        model = outer(jax.random.split(jax.random.key(0), 2))
+    return {'kernel': kernel(model), 'values': digest(model.kernel[...])}
