@@ -10,10 +10,11 @@ positionally to the per-layer spec, innermost first:
   paths ignore ``transform_metadata``), into tuple-valued extra keys only, at
   the raw (possibly negative) ``list.insert`` index after padding with None,
   and always returns a tuple;
-- ours inserts the name (graph mode with graph updates; tree mode ignores
-  the keyword as vanilla) or ``None`` at the normalized axis into every
-  sharding-like field, keeping tuple / list / PartitionSpec; an
-  ``nnx.transform_metadata`` decorator inside a stack names that axis.
+- ours, with a ``PARTITION_NAME`` in graph mode, does what vanilla does but
+  at the normalized axis and keeping tuple / list / PartitionSpec; without
+  one it inserts ``None`` into ``out_sharding`` and ``optimizer_sharding``;
+  tree mode inserts the ``PARTITION_NAME`` (or ``None``) into both; a stack
+  whose body is an ``nnx.transform_metadata`` function is left to it.
 """
 
 from __future__ import annotations
@@ -148,12 +149,10 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
                 if not spec or not spec.entries:  # None and () stay as they are
                     continue
                 if stack.decorator is not None:  # the decorator inserts at axis 0
-                    if field == EXTRA_KEY:  # it names only PARTITION_NAME
-                        continue
-                    if flax == 'ours':
-                        fields[field] = _ours_insert(spec, 0, stack.decorator)
-                    elif field == 'out_sharding':
-                        fields[field] = _vanilla_insert(spec, 0, stack.decorator)
+                    # into out_sharding only; the transform leaves the axis to it
+                    if field == 'out_sharding':
+                        insert = _ours_insert if flax == 'ours' else _vanilla_insert
+                        fields[field] = insert(spec, 0, stack.decorator)
                     continue
                 # Both flaxes read the transform_metadata keyword in graph mode
                 # with graph updates only; tree mode ignores it.
@@ -169,9 +168,12 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
                         fields[field] = _vanilla_insert(spec, stack.axis, stack.partition)
                     elif field == EXTRA_KEY and stack.extra and spec.form == 'tuple':
                         fields[field] = _vanilla_insert(spec, stack.axis, EXTRA_VALUE)
-                else:
-                    value = EXTRA_VALUE if field == EXTRA_KEY and stack.extra else (
-                        stack.partition if named else None)
+                elif named:  # vanilla's, positional and keeping the type
+                    if field != 'optimizer_sharding':
+                        value = EXTRA_VALUE if field == EXTRA_KEY else stack.partition
+                        fields[field] = _ours_insert(spec, axis, value)
+                elif field != EXTRA_KEY:  # tree mode names what it creates
+                    value = None if stack.partition == DEFAULT else stack.partition
                     fields[field] = _ours_insert(spec, axis, value)
         out[leaf.name] = {f: None if s is None else s.to_json() for f, s in fields.items()}
     return out
