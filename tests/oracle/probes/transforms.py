@@ -54,7 +54,7 @@ def stacked_problems(*kernels: Report) -> list[str]:
         entries = k['out_sharding'][1]
         if len(entries) != len(k['shape']):
             problems.append(f'{entries} on a {k["shape"]} array')
-        elif k['sharding'] is not None and entries != k['sharding']:
+        elif isinstance(k['sharding'], list) and entries != k['sharding']:
             problems.append(f'metadata {entries}, array {k["sharding"]}')
     return problems
 
