@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from flaxpq import python_too_old  # noqa: E402 (imports on any Python 3)
+from flaxpq import python_too_old  # imports on any Python 3
 
 _TOO_OLD = python_too_old(
     'this flax (upstream release + nnxaxis patches)',
