@@ -6,7 +6,8 @@ device setup: ``XLA_FLAGS`` and ``JAX_PLATFORMS`` are removed from its
 environment (``make test`` exports both), and it runs in an empty folder, so
 a page whose code needs 8 devices must set them up in its own first block.
 Blocks meant as illustration only use another fence language (```text,
-```bash).
+```bash). Where a page shows what its code prints (a ```text block after
+"It prints ...:"), the page must print exactly that.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import pytest
 from flaxpq.project import REPO_ROOT
 
 FENCE = re.compile(r'^```python\n(.*?)^```$', re.MULTILINE | re.DOTALL)
+# A page's expected output: a ```text block right after "It prints ...:".
+PRINTS = re.compile(r'^It prints[^\n]*:\n\n```text\n(.*?)^```$', re.MULTILINE | re.DOTALL)
 PAGES = sorted([REPO_ROOT / 'README.md', *(REPO_ROOT / 'docs').glob('*.md')])
 PAGES_WITH_CODE = [p for p in PAGES if FENCE.search(p.read_text())]
 # What would give a page devices its own code does not set up.
@@ -43,8 +46,11 @@ def run_blocks(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize('page', PAGES_WITH_CODE, ids=lambda p: p.name)
 def test_python_blocks_run(page: Path, tmp_path: Path) -> None:
-    result = run_blocks(page.read_text(), tmp_path)
+    text = page.read_text()
+    result = run_blocks(text, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
+    if expected := PRINTS.findall(text):  # e.g. the README's Quick start
+        assert result.stdout == ''.join(expected)
 
 
 def test_the_device_flags_of_the_test_run_do_not_reach_the_pages(
