@@ -1,58 +1,77 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
-#   make test   venv + our wheel, then our tests, upstream's tests/ and NNX examples
-#               (11-18 min on 2 cores with warm caches; `==` lines mark the long steps)
-#   make demo   venv + our wheel, then examples/scan_over_layers.py
+#   make test   venv + our wheel, then `flaxpq check`, our tests, upstream's
+#               tests/ and NNX examples (durations: README.md, "The two commands")
+#   make demo   its own venv (.venv-demo) with our wheel and requirements/demo.txt,
+#               then examples/scan_over_layers.py
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
 # PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks.
+# Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
+# `== HH:MM:SS <step>: done in 1 min 5 s` after, then pytest's summary line
+# again for a pytest step, so `make test` ends with pytest's summary line.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV ?= .venv
+DEMO_VENV ?= .venv-demo
 PY := $(VENV)/bin/python
+DEMO_PY := $(DEMO_VENV)/bin/python
 WORKERS ?= 2
+TIMED := scripts/timed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
-# A timestamped progress line: $(call step,what is happening)
-step = @echo "== $$(date +%H:%M:%S) $(1)"
 
-.PHONY: test demo bench check install venv our-tests upstream-tests upstream-tree \
-	upstream-suite upstream-examples clean
+.PHONY: test demo bench check install demo-install venv our-tests upstream-tests \
+	upstream-tree upstream-suite upstream-examples clean
 
 test: install check our-tests upstream-tests
 
-demo: install
-	$(PY) examples/scan_over_layers.py
+demo: demo-install
+	$(DEMO_PY) examples/scan_over_layers.py
 
 bench:
 	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python"
 
+# A venv with a current pip: $(VENV) for the tests, $(DEMO_VENV) for the demo.
 venv: $(VENV)/.ready
-$(VENV)/.ready:
-	python=$$(scripts/find-python); echo "using $$python"; "$$python" -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+%/.ready:
+	python=$$(scripts/find-python); echo "using $$python"; "$$python" -m venv $*
+	$*/bin/python -m pip install --quiet --upgrade pip
 	touch $@
 
-# Build our wheel once through PEP 517 (pip wheel .), then install it over
-# whatever flax the venv had, with upstream's dependencies, our test tools,
-# what upstream's tests and examples need, and MaxText without its dependencies.
+# Our wheel, built once per install through PEP 517 (pip wheel .) by the pip
+# of venv $(1), into build/dist.
+build-wheel = rm -rf build/dist && $(TIMED) 'building our wheel: upstream sdist + patches' \
+	$(1)/bin/python -m pip wheel --quiet --no-deps --wheel-dir build/dist .
+
+# Install our wheel over whatever flax the venv had, with upstream's
+# dependencies, our test tools, what upstream's tests and examples need, and
+# MaxText without its dependencies.
 install: venv
-	rm -rf build/dist
-	$(call step,building our wheel: upstream sdist + patches (under a minute))
-	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build/dist .
-	$(call step,built $$(cd build/dist && echo flax-*.whl); installing it with its dependencies)
-	$(PY) -m pip install --quiet -r requirements/test.txt -r requirements/upstream-tests.txt \
-		build/dist/flax-*.whl
+	$(call build-wheel,$(VENV))
+	$(TIMED) "installing $$(cd build/dist && echo flax-*.whl), its dependencies and the test tools" \
+		$(PY) -m pip install --quiet -r requirements/test.txt \
+		-r requirements/upstream-tests.txt build/dist/flax-*.whl
 	$(PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
 	$(PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
 	$(PY) -c 'import flax; print("installed flax", flax.__version__)'
 
-check: venv
-	$(PY) -m flaxpq check
+# The demo's venv: our wheel and what the demo imports, nothing else.
+demo-install: $(DEMO_VENV)/.ready
+	$(call build-wheel,$(DEMO_VENV))
+	$(TIMED) "installing $$(cd build/dist && echo flax-*.whl) and requirements/demo.txt" \
+		$(DEMO_PY) -m pip install --quiet -r requirements/demo.txt build/dist/flax-*.whl
+	$(DEMO_PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
+	$(DEMO_PY) -c 'import flax; print("installed flax", flax.__version__)'
 
+check: venv
+	$(TIMED) 'flaxpq check: the patch-queue invariants and upstream pre-commit hooks' \
+		$(PY) -m flaxpq check
+
+# -v: one line per test as it ends (the cold installs take minutes each);
+# --durations: the slowest tests at the end.
 our-tests: install
-	$(call step,our suite: tests/ on $(WORKERS) workers)
-	$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider tests
-	$(call step,our suite done)
+	$(TIMED) 'our suite: tests/ on $(WORKERS) workers' \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 tests
 
 # Upstream's tests and examples run from the patched tree with flax/ removed,
 # so that only the installed wheel can be imported, in pytest processes of
@@ -60,7 +79,7 @@ our-tests: install
 # upstream_plugin.py skips what tests/upstream/skips.txt lists, with reasons,
 # and runs each examples/nnx_toy_examples script as one test.
 UPSTREAM_TREE := build/upstream-tests
-UPSTREAM_PYTEST = PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
+UPSTREAM_PYTEST = env PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
 	-p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
 upstream-tests: upstream-suite upstream-examples
 
@@ -69,16 +88,17 @@ upstream-tree: install
 
 # The whole tests/ tree, in the environment of upstream's tests/run_all_tests.sh.
 upstream-suite: upstream-tree
-	$(call step,upstream suite: the whole tests/ of the patched tree)
 	cd $(UPSTREAM_TREE) && XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 $(UPSTREAM_PYTEST) tests
+		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 \
+		$(CURDIR)/$(TIMED) 'upstream suite: the whole tests/ of the patched tree' \
+		$(UPSTREAM_PYTEST) tests
 
 # The NNX examples, on one CPU device as upstream runs them (the toy examples
 # that need more set XLA_FLAGS themselves).
 upstream-examples: upstream-tree
-	$(call step,upstream examples: examples/nnx_toy_examples and examples/gemma)
-	cd $(UPSTREAM_TREE) && XLA_FLAGS= $(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
-	$(call step,upstream examples done)
+	cd $(UPSTREAM_TREE) && XLA_FLAGS= \
+		$(CURDIR)/$(TIMED) 'upstream examples: examples/nnx_toy_examples and examples/gemma' \
+		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
 clean:
-	rm -rf build dist $(VENV)
+	rm -rf build dist $(VENV) $(DEMO_VENV)

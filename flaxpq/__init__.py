@@ -17,7 +17,41 @@ Modules, in the order the data flows:
 * :mod:`flaxpq.wheel` -- build the patched ``flax`` wheel, stamping the label.
 * :mod:`flaxpq.backend` -- the PEP 517 in-tree build backend.
 * :mod:`flaxpq.cli` -- ``python -m flaxpq ...``.
+
+This module must import on any Python 3: the backend and ``python -m flaxpq``
+use :func:`python_too_old` before importing anything else of ours.
 """
+
+from __future__ import annotations
+
+import sys
+
+MIN_PYTHON = (3, 12)  # upstream flax's Requires-Python (0.12.12: >=3.12)
+_MIN = '.'.join(map(str, MIN_PYTHON))
+# How to get such a venv, also where `python3.12` is a pyenv shim that fails
+# unless 3.12 is selected, and offline, where `uv venv --python 3.12` cannot
+# download one (README.md, "Install").
+NEW_PYTHON_HOWTO = (
+    f'`python{_MIN} -m venv .venv`; with pyenv, `"$(pyenv prefix {_MIN})/bin/python" '
+    f'-m venv .venv` (`pyenv install {_MIN}` first if it has none); or '
+    f'`uv venv --seed --python {_MIN} .venv`'
+)
+
+
+def python_too_old(what: str, remedy: str) -> str | None:
+    """The one-line ``error:`` refusing ``what`` on this Python, or None.
+
+    ``remedy`` says what to do once there is a new enough environment; the
+    message ends with how to make one.
+    """
+    if sys.version_info >= MIN_PYTHON:
+        return None
+    return (
+        f'error: {what} requires Python >= {_MIN}, like upstream flax; this is '
+        f'Python {sys.version.split()[0]} ({sys.executable}). {remedy} '
+        f'Make a Python {_MIN}+ venv with {NEW_PYTHON_HOWTO}.'
+    )
+
 
 class QueueError(Exception):
     """A failure the user can act on; the message says what to do."""

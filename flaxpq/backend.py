@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sys
 
-if sys.version_info < (3, 12):  # before anything else can fail on this Python
-    sys.stderr.write(
-        'error: this flax (upstream release + nnxaxis patches) requires Python '
-        f'>= 3.12, like upstream; this build runs Python {sys.version.split()[0]} '
-        f'({sys.executable}). Install into a Python 3.12+ environment, e.g. '
-        'one made with `python3.12 -m venv`.\n'
-    )
+from flaxpq import python_too_old  # imports on any Python 3
+
+_TOO_OLD = python_too_old(
+    'this flax (upstream release + nnxaxis patches)',
+    'Install it with the pip or uv of a Python 3.12+ environment.')
+if _TOO_OLD:  # before anything else can fail on this Python
+    sys.stderr.write(_TOO_OLD + '\n')
     raise SystemExit(1)
 
 import functools

@@ -286,18 +286,34 @@ class Check:
     info: list[str] = dataclasses.field(default_factory=list)
 
 
+HOOKS_CHECK = 'upstream pre-commit hooks'  # the slow one: it may install tools
+
+
 def run_checks(project: Project, sdist: Path, *, hooks: bool = True,
-               tools: Path | None = None) -> list[Check]:
+               tools: Path | None = None,
+               on_start: Callable[[str], None] | None = None,
+               on_done: Callable[[Check], None] | None = None) -> list[Check]:
     """All checks, each timed. ``hooks=False`` skips upstream's pre-commit
-    hooks (the slowest check, and the only one that installs tools)."""
+    hooks (the slowest check, and the only one that installs tools).
+
+    ``on_start`` gets each check's name before it runs, ``on_done`` each
+    outcome as soon as it is known (``flaxpq check`` prints progress so).
+    """
     results: list[Check] = []
 
+    def record(check: Check) -> None:
+        results.append(check)
+        if on_done:
+            on_done(check)
+
     def timed(name: str, check: Callable[[], list[str] | hooks_mod.Report]) -> None:
+        if on_start:
+            on_start(name)
         start = time.perf_counter()
         outcome = check()
         problems, info = (outcome.problems, outcome.notes) if isinstance(
             outcome, hooks_mod.Report) else (outcome, [])
-        results.append(Check(name, problems, time.perf_counter() - start, info))
+        record(Check(name, problems, time.perf_counter() - start, info))
 
     timed('series matches patches/', lambda: series_matches_files(project))
     timed('patch headers', lambda: patch_headers(project))
@@ -314,11 +330,9 @@ def run_checks(project: Project, sdist: Path, *, hooks: bool = True,
             gitqueue.git(tree, 'am', '--abort', check=False)
             timed('each patch applies alone', lambda: applies_alone(project, tree))
         if hooks and series_applies:
-            timed('upstream pre-commit hooks',
-                  lambda: upstream_hooks(project, tree, head, tools))
+            timed(HOOKS_CHECK, lambda: upstream_hooks(project, tree, head, tools))
         elif hooks:
-            results.append(Check('upstream pre-commit hooks', [], 0.0,
-                                 ['skipped: the series does not apply']))
+            record(Check(HOOKS_CHECK, [], 0.0, ['skipped: the series does not apply']))
     timed('no upstream files tracked', lambda: tracked_upstream_files(project, sdist))
     return results
 

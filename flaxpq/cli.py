@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                                 for r in rows) else 0
         elif args.command == 'check':
             results = checks.run_checks(
-                project, sdist.fetch(project.pin()), hooks=not args.no_hooks)
-            return print_checks(results, len(project.series()))
+                project, sdist.fetch(project.pin()), hooks=not args.no_hooks,
+                on_start=print_slow_start, on_done=print_check)
+            return print_verdict(results, len(project.series()))
         elif args.command == 'hooks':
             report = run_hooks(project)
             print('\n'.join([*report.notes, *(f'FAIL {p}' for p in report.problems)]))
@@ -124,17 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_checks(results: list[checks.Check], patches: int) -> int:
-    """Each check with its time, info lines and problems; 1 if any failed."""
-    failed = 0
-    for check in results:
-        verdict = f'{len(check.problems)} problem(s)' if check.problems else 'ok'
-        print(f'== {check.name} ({check.seconds:.1f} s): {verdict}')
-        for line in check.info:
-            print(f'   {line}')
-        for problem in check.problems:
-            print(f'FAIL {problem}')
-        failed += len(check.problems)
+def print_slow_start(name: str) -> None:
+    """A line before the one check that can take a minute (the hooks)."""
+    if name == checks.HOOKS_CHECK:
+        print(f'== {name}: running (the first run installs the hook tools, '
+              'about a minute)', flush=True)
+
+
+def print_check(check: checks.Check) -> None:
+    """One check's name, time, verdict, info lines and problems."""
+    verdict = f'{len(check.problems)} problem(s)' if check.problems else 'ok'
+    print(f'== {check.name} ({check.seconds:.1f} s): {verdict}')
+    for line in check.info:
+        print(f'   {line}')
+    for problem in check.problems:
+        print(f'FAIL {problem}')
+    sys.stdout.flush()
+
+
+def print_verdict(results: list[checks.Check], patches: int) -> int:
+    """The closing line of ``check``; 1 if any check failed."""
+    failed = sum(len(check.problems) for check in results)
     if failed:
         print(f'check: {failed} problem(s) in {patches} patch(es)')
         return 1

@@ -52,6 +52,24 @@ def test_python_older_than_3_12_is_refused_in_one_line(tmp_path: Path) -> None:
     assert output.startswith('error: this flax (upstream release + nnxaxis patches) '
                              'requires Python >= 3.12'), output
     assert len(output.splitlines()) == 1 and 'Python 3.11' in output
+    assert 'pyenv prefix 3.12' in output  # python3.12 may be a failing pyenv shim
+
+
+def test_flaxpq_under_python_older_than_3_12_says_so_first(tmp_path: Path) -> None:
+    """Not pip's ``Requires-Python`` download error, which reads as a network
+    problem (issue 19): with an empty cache, ``fetch`` would run pip."""
+    python = python_311()
+    if python is None:
+        pytest.skip('no Python 3.11 on this machine')
+    result = subprocess.run(
+        [python, '-m', 'flaxpq', 'fetch'], cwd=REPO_ROOT, capture_output=True,
+        text=True, env={**os.environ, 'FLAXPQ_CACHE': str(tmp_path / 'cache')})
+    assert result.returncode == 2 and result.stdout == '', result
+    assert result.stderr.startswith('error: python -m flaxpq requires Python >= 3.12'), \
+        result.stderr
+    assert len(result.stderr.splitlines()) == 1 and 'Python 3.11' in result.stderr
+    assert 'pyenv prefix 3.12' in result.stderr and 'download' not in result.stderr
+    assert not (tmp_path / 'cache').exists()
 
 
 def test_patch_that_does_not_apply_is_named_with_how_to_reproduce(

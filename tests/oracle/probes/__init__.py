@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 Report = dict[str, Any]
 Check = Callable[[Report], list[str]]
-MODULES = ('transforms', 'optimizer', 'bridge', 'errors')
+MODULES = ('transforms', 'optimizer', 'bridge', 'errors', 'migration')
 
 
 @dataclasses.dataclass(frozen=True)

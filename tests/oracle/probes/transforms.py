@@ -378,3 +378,40 @@ def nested_vmap_in_vmap() -> Report:
 
         model = outer(jax.random.split(jax.random.key(0), 2))
     return {'kernel': kernel(model), 'values': digest(model.kernel[...])}
+
+
+# Breaks found by fresh eyes (session 4), now rows.
+@probe()
+def length1_spec_survives_a_forward_pass() -> Report:
+    traces = []
+
+    @nnx.jit
+    def step(p: nnx.Param) -> jax.Array:
+        traces.append(1)
+        return p[...].sum()
+
+    with jax.set_mesh(mesh()):
+        p = nnx.Param(jnp.ones((4,)), out_sharding=('a',))
+        ref = nnx.clone(p)
+        step(p)
+        y = nnx.vmap(lambda p: p[...] * 2)(p)
+        summed = jax.tree.map(lambda a, b: a + b, ref, p)
+        step(p)
+    return {'after': spec(p.out_sharding), 'sum': digest(summed[...]),
+            'traces': len(traces), 'y': digest(y)}
+
+
+@probe()
+def spmd_axis_name_indivisible_explicit() -> Report:
+    with jax.set_mesh(mesh('explicit')):
+        w = nnx.vmap(lambda r: nnx.Param(jnp.zeros((8,)), out_sharding=('b',)),
+                     spmd_axis_name='a', axis_size=3, in_axes=None)(nnx.Rngs(0))
+    return {'sharding': sharding(w.get_value()), 'shape': list(w.shape)}
+
+
+@probe()
+def spmd_axis_name_with_named_sharding_metadata() -> Report:
+    named = jax.sharding.NamedSharding(mesh(), jax.P(None, 'b'))  # no context mesh
+    w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=named),
+                 spmd_axis_name='a')(jnp.arange(2.0))
+    return {'sharding': sharding(w.get_value())}

@@ -1,0 +1,62 @@
+"""The Makefile's progress lines (scripts/timed) and the demo's own venv (issue 19)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from flaxpq.project import REPO_ROOT
+
+TIMED = REPO_ROOT / 'scripts' / 'timed'
+START = re.compile(r'^== \d\d:\d\d:\d\d (.*)$')
+END = re.compile(r'^== \d\d:\d\d:\d\d (.*): (done in|FAILED \(exit \d+\) after) \d+ s$')
+
+
+def timed(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(TIMED), 'a step', *command], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_timed_prints_a_start_and_an_end_line_and_pytest_summary_last() -> None:
+    result = timed('sh', '-c', 'echo "==== 3 passed, 1 skipped in 1.25s ===="; echo done')
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert START.match(lines[0])[1] == 'a step'  # type: ignore[index]
+    assert lines[1:3] == ['==== 3 passed, 1 skipped in 1.25s ====', 'done']
+    assert END.match(lines[3])[2] == 'done in'  # type: ignore[index]
+    assert lines[4:] == ['==== 3 passed, 1 skipped in 1.25s ====']
+
+
+def test_timed_keeps_a_failing_exit_code_and_says_so() -> None:
+    result = timed('sh', '-c', 'echo "1 failed, 2 passed in 0.50s" >&2; exit 3')
+    assert result.returncode == 3
+    lines = result.stdout.splitlines()  # the command's stderr is merged in
+    assert END.match(lines[-2])[2] == 'FAILED (exit 3) after'  # type: ignore[index]
+    assert lines[-1] == '1 failed, 2 passed in 0.50s'
+    assert timed('true').stdout.splitlines()[-1].endswith(': done in 0 s')
+
+
+def recipe_lines(target: str) -> list[str]:
+    """What ``make -n <target>`` would run, continuation lines joined."""
+    result = subprocess.run(['make', '-n', '--no-print-directory', target],
+                            cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    return result.stdout.replace('\\\n', ' ').splitlines()
+
+
+def test_make_test_runs_each_long_step_under_timed() -> None:
+    lines = recipe_lines('test')
+    long_steps = [line for line in lines if re.search(
+        r'pip wheel|pip install .*-r requirements/test\.txt|-m flaxpq check|pytest', line)]
+    assert len(long_steps) == 6, long_steps
+    assert all('scripts/timed ' in line for line in long_steps), long_steps
+    assert 'examples/nnx_toy_examples' in long_steps[-1]  # the last step is pytest's
+
+
+def test_make_demo_installs_only_the_demo_requirements_in_its_own_venv() -> None:
+    lines = recipe_lines('demo')
+    installs = [line for line in lines if 'pip install' in line]
+    assert installs and all(line.startswith('.venv-demo/') or '.venv-demo/bin/' in line
+                            for line in installs), installs
+    assert not any('requirements/test.txt' in line or 'upstream-tests' in line
+                   for line in lines), lines
+    assert any('-r requirements/demo.txt' in line for line in installs)
