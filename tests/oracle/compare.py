@@ -22,7 +22,8 @@ from tests.oracle.programs import DEFAULT, MODES, Program, apply_axis_entry, \
 
 Report = dict[str, Any]
 Divergence = tuple[str, str]  # (tag, message)
-FAMILY = re.compile(r'IndivisibleError|rank|divisible|pop index out of range', re.IGNORECASE)
+FAMILY = re.compile(r'IndivisibleError|rank|divisible|evenly divide|pop index out of range',
+                    re.IGNORECASE)
 STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
           'optimizer', 'train_step')
 

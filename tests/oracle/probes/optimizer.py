@@ -1,0 +1,269 @@
+"""Issue 18's optimizer rows and the mirror rule (DESIGN.md I4).
+
+A state leaf that mirrors a parameter (same shape, e.g. Adam's ``mu``) gets
+that parameter array's sharding and its sharding metadata as declared; where
+the parameter's sharding is unknown (traced on Auto axes) the metadata
+decides; other shapes keep optax's sharding without sharding metadata;
+``optimizer_sharding`` overrides. Mesh ``(2, 4)`` ``('a', 'b')`` (Auto unless
+said), kernels ``(8, 8)`` declared ``('a', 'b')``, biases ``('b',)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from flax import nnx
+from tests.oracle.probes import Report, probe
+from tests.oracle.probes.util import mesh, variables
+
+FIELDS = ('out_sharding', 'optimizer_sharding')
+
+
+def linear(rngs: nnx.Rngs, use_bias: bool = True, **kernel_metadata: Any) -> nnx.Linear:
+    kernel_init = nnx.with_partitioning(
+        nnx.initializers.lecun_normal(), ('a', 'b'), **kernel_metadata)
+    bias_init = nnx.with_partitioning(nnx.initializers.zeros_init(), ('b',))
+    return nnx.Linear(8, 8, kernel_init=kernel_init, bias_init=bias_init,
+                      use_bias=use_bias, rngs=rngs)
+
+
+def jax_vmap_stack(layers: int = 4, **kwargs: Any) -> nnx.Linear:
+    """Layers stacked by a plain ``jax.vmap``: the metadata is one layer's."""
+    create = lambda key: linear(nnx.Rngs(key), **kwargs)  # noqa: E731
+    keys = jax.random.split(jax.random.key(0), layers)
+    return nnx.merge(nnx.graphdef(create(0)), jax.vmap(lambda k: nnx.state(create(k)))(keys))
+
+
+def sharded_init(*nodes: Any) -> None:
+    """The flax_gspmd guide's sharded init: constrain to the declared specs."""
+
+    @nnx.jit
+    def init(*nodes: Any) -> None:
+        for node in nodes:
+            state = nnx.state(node)
+            nnx.update(node, jax.lax.with_sharding_constraint(
+                state, nnx.get_partition_spec(state)))
+
+    init(*nodes)
+
+
+def report(model: Any, optimizer: Any) -> Report:
+    return {'params': variables(model, FIELDS),
+            'opt_state': variables(optimizer.opt_state, FIELDS)}
+
+
+def mirror_problems(stage: Report) -> list[str]:
+    """I4 on one report: mirrors have their parameter's sharding and metadata."""
+    problems, mirrors = [], 0
+    for path, leaf in stage['opt_state'].items():
+        for param_path, param in stage['params'].items():
+            if path.endswith('/' + param_path) and leaf['shape'] == param['shape']:
+                mirrors += 1
+                if leaf['sharding'] != param['sharding']:
+                    problems.append(f'{path}: sharded {leaf["sharding"]}, '
+                                    f'parameter {param["sharding"]}')
+                if leaf['out_sharding'] != param['out_sharding']:
+                    problems.append(f'{path}: out_sharding {leaf["out_sharding"]}, '
+                                    f'parameter {param["out_sharding"]}')
+    return problems + ([] if mirrors else ['no state leaf mirrors a parameter'])
+
+
+def adam_after_sharded_init(model: nnx.Module) -> Report:
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    before = report(model, optimizer)
+    sharded_init(model, optimizer)
+    return {'before': before, 'after': report(model, optimizer)}
+
+
+# Row 1, three forms of "layout declared, not yet applied": the sharded init
+# on model and optimizer shards Adam's mu like the kernel, as on vanilla (v3
+# had replaced mu's declared out_sharding by the kernel's current layout).
+@probe()
+def row1_declared_with_eager_sharding_false() -> Report:
+    with jax.set_mesh(mesh()):
+        return adam_after_sharded_init(linear(nnx.Rngs(0), eager_sharding=False))
+
+
+@probe()
+def row1_declared_under_use_eager_sharding_false() -> Report:
+    with jax.set_mesh(mesh()):
+        with nnx.use_eager_sharding(False):
+            model = linear(nnx.Rngs(0))
+        return adam_after_sharded_init(model)
+
+
+def named_stack_problems(r: Report) -> list[str]:
+    """mu mirrors the kernel before and after the sharded init; then both are
+    sharded along 'layers' as declared."""
+    problems = [f'before: {p}' for p in mirror_problems(r['before'])]
+    problems += [f'after: {p}' for p in mirror_problems(r['after'])]
+    kernel = r['after']['params']['kernel']['sharding']
+    if kernel != ['layers', 'a', 'b']:
+        problems.append(f'after: kernel sharded {kernel}')
+    return problems
+
+
+@probe(fixed=named_stack_problems, same=('after',))
+def row1_declared_by_a_layers_named_stack() -> Report:
+    # vanilla resharded mu by the declared ('layers', 'a', 'b') at once, while
+    # the kernel stays (None, 'a', 'b') until the sharded init applies it
+    with jax.set_mesh(mesh(shape=(2, 2, 2), names=('layers', 'a', 'b'))):
+        @nnx.split_rngs(splits=2)
+        @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: 'layers'})
+        def create(rngs: nnx.Rngs) -> nnx.Linear:
+            return linear(rngs)
+
+        return adam_after_sharded_init(create(nnx.Rngs(0)))
+
+
+# Stacked parameters with eager sharding: the stale per-layer metadata
+# resharded (or failed to reshard) mu on vanilla; ours follows the kernel.
+def stacked_problems(r: Report) -> list[str]:
+    return [f'{axis_type}: {p}' for axis_type, stage in r.items()
+            for p in (mirror_problems(stage) if 'error' not in stage
+                      else [stage['error']])]
+
+
+def adam_on_both_axis_types(build: Any) -> Report:
+    out: Report = {}
+    for axis_type in ('auto', 'explicit'):
+        with jax.set_mesh(mesh(axis_type)):
+            model = build()
+            try:
+                out[axis_type] = report(
+                    model, nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param))
+            except ValueError as e:
+                out[axis_type] = {'error': f'{type(e).__name__}: {str(e).splitlines()[0]}'}
+    return out
+
+
+@probe(fixed=stacked_problems)
+def stacked_by_jax_vmap_then_adam() -> Report:
+    return adam_on_both_axis_types(jax_vmap_stack)
+
+
+@probe(fixed=stacked_problems)
+def stacked_by_nnx_vmap_then_adam() -> Report:
+    # 3 layers: vanilla's stale ('a', 'b') on the stacked axis does not divide
+    def build() -> nnx.Linear:
+        @nnx.split_rngs(splits=3)
+        @nnx.vmap(in_axes=0, out_axes=0)
+        def create(rngs: nnx.Rngs) -> nnx.Linear:
+            return linear(rngs)
+
+        return create(nnx.Rngs(0))
+
+    return adam_on_both_axis_types(build)
+
+
+# Adafactor: the factored moments and (1,) placeholders have other shapes.
+def adafactor_problems(r: Report) -> list[str]:
+    problems = []
+    for axis_type, stage in r.items():
+        if 'error' in stage:
+            problems.append(f'{axis_type}: {stage["error"]}')
+            continue
+        problems += [f'{axis_type}: {p}' for p in mirror_problems(stage)]
+        for path, leaf in stage['opt_state'].items():
+            param = stage['params'].get('/'.join(path.split('/')[-1:]))
+            if param is not None and leaf['shape'] != param['shape'] and (
+                    leaf['out_sharding'] or leaf['optimizer_sharding']):
+                problems.append(f'{axis_type}: {path} {leaf["shape"]} has '
+                                f'sharding metadata {leaf["out_sharding"]}')
+    return problems
+
+
+@probe(fixed=adafactor_problems)
+def adafactor_on_a_sharded_linear() -> Report:
+    out: Report = {}
+    for axis_type in ('auto', 'explicit'):
+        with jax.set_mesh(mesh(axis_type)):
+            model = linear(nnx.Rngs(0))
+            try:
+                tx = optax.adafactor(1e-3, min_dim_size_to_factor=4)
+                out[axis_type] = report(model, nnx.Optimizer(model, tx, wrt=nnx.Param))
+            except ValueError as e:
+                out[axis_type] = {'error': f'{type(e).__name__}: {str(e).splitlines()[0]}'}
+    return out
+
+
+# optimizer_sharding overrides, with JAX's semantics, as on vanilla.
+@probe()
+def optimizer_sharding_overrides() -> Report:
+    out: Report = {}
+    for axis_type in ('auto', 'explicit'):
+        with jax.set_mesh(mesh(axis_type)):
+            model = linear(nnx.Rngs(0), optimizer_sharding=('b', 'a'))
+            # no bias: its stale spec would make this a mirror-rule probe
+            stacked = jax_vmap_stack(use_bias=False)
+            stacked.kernel.set_metadata(optimizer_sharding=(None, 'b', 'a'))
+            out[axis_type] = [
+                report(m, nnx.Optimizer(m, optax.adam(1e-3), wrt=nnx.Param))
+                for m in (model, stacked)]
+    return out
+
+
+# Traced inside nnx.jit on an Auto mesh: the sharding of a traced parameter is
+# not known, the metadata decides, as on vanilla.
+@probe()
+def traced_in_jit_on_auto_mesh_follows_metadata() -> Report:
+    with jax.set_mesh(mesh()):
+        model = linear(nnx.Rngs(0))
+        # the array moved, the metadata still says ('a', 'b')
+        model.kernel[...] = jax.device_put(model.kernel[...], jax.P())
+        optimizer = nnx.jit(
+            lambda m: nnx.Optimizer(m, optax.adam(1e-3), wrt=nnx.Param))(model)
+
+        @nnx.jit
+        def build() -> tuple[nnx.Linear, nnx.Optimizer]:
+            created = linear(nnx.Rngs(0))
+            return created, nnx.Optimizer(created, optax.adamw(1e-3), wrt=nnx.Param)
+
+        return {'moved': report(model, optimizer), 'created': report(*build())}
+
+
+# Row 4 (optimizer part): optimizer_sharding one entry short on a stacked
+# parameter, among a hundred others. JAX's exception and message as on
+# vanilla; ours adds a note naming the state Variable.
+class Many(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.layers = nnx.List([linear(rngs) for _ in range(50)])
+
+        @nnx.split_rngs(splits=3)
+        @nnx.vmap(in_axes=0, out_axes=0)
+        def create(rngs: nnx.Rngs) -> nnx.Linear:
+            return linear(rngs, use_bias=False)
+
+        self.stack = create(rngs)
+        self.stack.kernel.set_metadata(optimizer_sharding=('a', 'b'))
+
+
+def short_optimizer_sharding() -> ValueError:
+    with jax.set_mesh(mesh()):
+        model = Many(nnx.Rngs(0))
+        try:
+            nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+        except ValueError as e:
+            return e
+    raise AssertionError('nnx.Optimizer raised nothing')
+
+
+@probe()
+def row4_short_optimizer_sharding_raises_jax_error() -> Report:
+    e = short_optimizer_sharding()
+    message = str(e).splitlines()[0].split(' This error occurs at source')[0]
+    return {'type': type(e).__name__, 'message': message}
+
+
+def note_problems(r: Report) -> list[str]:
+    wanted = ("opt_state[0].mu['stack']['kernel'] of shape (3, 8, 8)",
+              "'optimizer_sharding': ('a', 'b')")
+    return [f'no note naming {w}' for w in wanted if w not in r['notes']]
+
+
+@probe(fixed=note_problems)
+def row4_short_optimizer_sharding_note_names_the_variable() -> Report:
+    return {'notes': '\n'.join(getattr(short_optimizer_sharding(), '__notes__', []))}
