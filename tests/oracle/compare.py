@@ -116,10 +116,11 @@ class Comparison:
                         tag = 'intended' if want != resolve(
                             self.expect_v[leaf.name]['out_sharding'], leaf, program) else 'compat'
                         self.add(tag, f'ours {key} {leaf.name}: {got} expected {want}')
+        overridden = {l.name for l in program.leaves if l.optimizer_spec}
         for state_path, leaf in o.get('optimizer', {}).items():
             param = leaf['mirrors']
-            if param is None:
-                continue
+            if param is None or param.rsplit('/', 1)[-1] in overridden:
+                continue  # optimizer_sharding decides, as on vanilla
             want = o['variables'][param]['sharding']
             if leaf['sharding'] != want:
                 vleaf = self.vanilla.get('optimizer', {}).get(state_path)
