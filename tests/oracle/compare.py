@@ -22,8 +22,9 @@ from tests.oracle.programs import DEFAULT, MODES, Program, apply_axis_entry, \
 
 Report = dict[str, Any]
 Divergence = tuple[str, str]  # (tag, message)
-FAMILY = re.compile(r'IndivisibleError|rank|divisible|evenly divide|pop index out of range',
-                    re.IGNORECASE)
+# Errors of stale, rank-mismatched metadata (also as pytree structure errors).
+FAMILY = re.compile(r'IndivisibleError|rank|divisible|evenly divide|pop index out of range'
+                    r'|custom node|pytree structure', re.IGNORECASE)
 STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
           'optimizer', 'train_step')
 
@@ -87,6 +88,11 @@ class Comparison:
                 self.add('compat', f'ours mutated the model before failing: {o["outcome"]}')
         self.check_ours_against_model()
         self.check_equal_to_vanilla()
+        traces_o = o.get('apply', {}).get('traces', 0)
+        traces_v = v.get('apply', {}).get('traces', 0)
+        if traces_o > max(traces_v, 1) or (traces_o > 1 and 'apply' not in v):
+            self.add('compat', f'ours traced the jitted function {traces_o} times, '
+                               f'vanilla {traces_v}: an extra retrace')
         return self.found
 
     def check_metadata(self, who: str, variables: dict[str, Any],

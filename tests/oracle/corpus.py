@@ -40,6 +40,18 @@ ROWS = [
             consumers=('partition_spec',), optimizer='adam'),
 ]
 
+# Issue 17's families as fixed rows: bodies that map over a layer's and an
+# unmapped copy's state, update the layer, or call a function jitted outside.
+ROWS += [
+    Program(f'body {wrap}: {stack} stack, {kind} {mode} {apply}',
+            (leaf('tuple', None, 'b'),), (vmap(stack),),
+            apply=Apply(kind, apply, mode, wrap))
+    for wrap in ('tree_map', 'update', 'jit')
+    for stack, apply in ((DEFAULT, DEFAULT), ('a', DEFAULT), ('a', 'a'), (None, DEFAULT))
+    for kind in ('vmap', 'scan')
+    for mode in ('graph', 'tree')
+]
+
 SCENARIOS = [
     Program(f'scenario {name} {arguments}', custom=f'scenario:{name}',
             arguments=tuple(sorted(arguments.items())))

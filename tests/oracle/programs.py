@@ -69,7 +69,10 @@ class Apply:
     kind: str  # 'vmap' | 'scan'
     partition: str | None = DEFAULT
     mode: str = 'graph'
-    wrap: str = 'none'  # 'none' | 'remat' | 'cond'
+    # 'none' | 'remat' | 'cond', or (one stack) a body that maps over the layer's
+    # and an unmapped copy's state ('tree_map'), updates the layer from its own
+    # state ('update'), or calls a function jitted outside first ('jit')
+    wrap: str = 'none'
     state_axes: bool = False
     shard_map: bool = False  # run it inside jax.shard_map (replicated inputs)
 

@@ -153,26 +153,44 @@ def run_apply(program: Program, apply: Apply, model: Layer,
     axis = program.stacks[0].axis
     axes: Any = nnx.StateAxes({nnx.Param: axis}) if apply.state_axes else axis
     inside: list[Any] = []
+    traces: list[None] = []
+    shared = Layer(program.leaves, jnp.zeros(()))  # unmapped, declared like a layer
 
     def forward(m: Layer, x: jax.Array) -> jax.Array:
         inside.append({path_str(p): jsonable_spec(v.get_metadata().get('out_sharding'))
                        for p, v in nnx.to_flat_state(nnx.state(m))})
         return m(x)
 
-    def body(m: Layer, x: jax.Array) -> jax.Array:
+    @nnx.jit
+    def jitted(m: Layer, x: jax.Array) -> jax.Array:
+        traces.append(None)
+        return m(x)
+
+    def body(m: Layer, shared: Layer, x: jax.Array) -> jax.Array:
         if apply.wrap == 'remat':
             return nnx.remat(forward)(m, x)
         if apply.wrap == 'cond':
             return nnx.cond(x > -1e9, forward, lambda m, x: -forward(m, x), m, x)
+        if apply.wrap == 'tree_map':  # pytree ops between mapped and unmapped
+            jax.tree.map(lambda a, b: None, nnx.state(m), nnx.state(shared))
+        if apply.wrap == 'update':  # the body replaces the layer's metadata
+            nnx.update(m, nnx.state(m))
+        if apply.wrap == 'jit':  # one jitted function inside and outside
+            forward(m, x)
+            return jitted(m, x)
         return forward(m, x)
 
     def call(m: Layer, x: jax.Array) -> jax.Array:
         if apply.kind == 'vmap':
-            return nnx.vmap(body, in_axes=(axes, None), out_axes=0, **kwargs)(m, x)
-        return nnx.scan(lambda c, m: (body(m, c), c), in_axes=(nnx.Carry, axes),
-                        out_axes=(nnx.Carry, 0), **kwargs)(x, m)[0]
+            return nnx.vmap(body, in_axes=(axes, None, None), out_axes=0,
+                            **kwargs)(m, shared, x)
+        return nnx.scan(lambda c, m, s: (body(m, s, c), c),
+                        in_axes=(nnx.Carry, axes, None),
+                        out_axes=(nnx.Carry, 0), **kwargs)(x, m, shared)[0]
 
     x = jnp.ones(())
+    if apply.wrap == 'jit':
+        jitted(shared, x)
     if apply.shard_map:
         graphdef, state = nnx.split(model)
         P = jax.sharding.PartitionSpec
@@ -180,7 +198,7 @@ def run_apply(program: Program, apply: Apply, model: Layer,
                             in_specs=(P(), P()), out_specs=P())(state, x)
     else:
         out = call(model, x)
-    return {'output': digest(out), 'inside': inside[:1]}
+    return {'output': digest(out), 'inside': inside[:1], 'traces': len(traces)}
 
 
 # Consumers -------------------------------------------------------------------

@@ -92,7 +92,8 @@ def programs(draw: st.DrawFn) -> Program:
             partitions = [DEFAULT]
         mode = draw(st.sampled_from(sorted(MODES)))
         apply = Apply(kind, draw(st.sampled_from(partitions)), mode,
-                      draw(st.sampled_from(['none', 'remat', 'cond'])),
+                      draw(st.sampled_from(['none', 'remat', 'cond'] + (
+                          ['tree_map', 'update', 'jit'] if depth == 1 else []))),
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       shard_map=mesh != 'none' and draw(st.booleans()))
     consumers = ['partition_spec', 'eval_shape']
