@@ -6,6 +6,7 @@ Mesh ``(2, 4)`` ``('a', 'b')`` (Auto unless said), per-layer kernels
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Any
@@ -329,7 +330,14 @@ def spmd_axis_name_under_jit_auto() -> Report:
                           'axis': 'a'}}
 
 
-@probe(fixed=spmd_problems)
+# Series v5: spmd_axis_name names the axis on Explicit meshes and moves no data
+# (JAX does not batch reshard along it): metadata stacked, arrays as vanilla.
+def spmd_named_problems(r: Report) -> list[str]:
+    return [f'{name}: {k["out_sharding"]}' for name, k in r.items()
+            if name != 'arrays' and k['out_sharding'][1][:1] != [k['axis']]]
+
+
+@probe(fixed=spmd_named_problems, same=('arrays',))
 def spmd_axis_name_explicit_mesh() -> Report:
     names = ('layers', 'fsdp', 'tensor')
     with jax.set_mesh(mesh('explicit', (2, 2, 2), names)):
@@ -340,7 +348,8 @@ def spmd_axis_name_explicit_mesh() -> Report:
         value = jit_kernel.get_value()
         return {'eager': {**kernel(eager), 'axis': 'layers'},
                 'jit': {'shape': list(value.shape), 'sharding': sharding(value),
-                        'out_sharding': spec(jit_kernel.out_sharding), 'axis': 'layers'}}
+                        'out_sharding': spec(jit_kernel.out_sharding), 'axis': 'layers'},
+                'arrays': [sharding(eager.kernel.get_value()), sharding(value)]}
 
 
 # Families: nested transforms, unnamed pass-through of named stacks.
@@ -415,3 +424,184 @@ def spmd_axis_name_with_named_sharding_metadata() -> Report:
     w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=named),
                  spmd_axis_name='a')(jnp.arange(2.0))
     return {'sharding': sharding(w.get_value())}
+
+
+# Issue 22 (series v5): the stacked axis's entry follows the data.
+def sharded_init(node: Any, mesh_: jax.sharding.Mesh) -> None:
+    """The flax_gspmd guide's recipe: put each array where its metadata says."""
+    state = nnx.state(node)
+    specs = nnx.get_partition_spec(state)
+    nnx.update(node, jax.device_put(
+        state, jax.tree.map(lambda s: jax.NamedSharding(mesh_, s), specs)))
+
+
+def named_stack(name: Any = 'a', size: int = 2) -> nnx.Linear:
+    return stack(size, (None, 'b'), transform_metadata={nnx.PARTITION_NAME: name})
+
+
+# Row 1: a copy of a named stack through default transforms keeps the name.
+@probe()
+def named_stack_copied_through_default_transforms() -> Report:
+    out: Report = {}
+    with nnx.use_eager_sharding(False):
+        layers = named_stack()
+        copies = {
+            'vmap': nnx.vmap(lambda m: nnx.clone(m))(layers),
+            'tree_vmap': nnx.vmap(lambda m: nnx.clone(m), graph=False)(layers),
+            'scan': nnx.scan(lambda c, m: (c, nnx.clone(m)), in_axes=(nnx.Carry, 0),
+                             out_axes=(nnx.Carry, 0))(None, layers)[1],
+        }
+    m = mesh()
+    with jax.set_mesh(m):
+        for name, copy in copies.items():
+            sharded_init(copy, m)
+            out[name] = kernel(copy)
+    out['input'] = spec(layers.kernel.out_sharding)
+    return out
+
+
+# Row 2: ensemble gradients under nnx.jit keep the name; tree ops line up.
+@probe()
+def ensemble_gradients_keep_the_name() -> Report:
+    with nnx.use_eager_sharding(False):
+        ensemble = named_stack('ens')
+
+        def loss(m: nnx.Linear, x: jax.Array) -> jax.Array:
+            return jnp.sum(m(x))
+
+        @nnx.jit
+        def step(m: nnx.Linear, x: jax.Array) -> tuple[Any, Any]:
+            grads = nnx.vmap(nnx.grad(loss), in_axes=(0, None))(m, x)
+            params = nnx.state(m, nnx.Param)
+            return grads, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+        grads, params = step(ensemble, jnp.ones((3, 4)))
+    return {'grads': spec(grads['kernel'].out_sharding),
+            'params': spec(params['kernel'].out_sharding),
+            'values': digest(params['kernel'][...])}
+
+
+# Row 3: optimizer_sharding of layers created under a named (or None) vmap.
+def optimizer_sharding_problems(r: Report) -> list[str]:
+    return [f'{form}: optimizer_sharding {k["optimizer_sharding"]} on {k["shape"]}'
+            for form, k in r.items()
+            if len(k['optimizer_sharding'][1]) != len(k['shape'])
+            or k['optimizer_sharding'][1][0] != k['out_sharding'][1][0]]
+
+
+@probe(fixed=optimizer_sharding_problems)
+def optimizer_sharding_of_named_create() -> Report:
+    out: Report = {}
+    with nnx.use_eager_sharding(False):
+        for form, metadata in (('default', {}), ('none', {nnx.PARTITION_NAME: None}),
+                               ('name', {nnx.PARTITION_NAME: 'a'})):
+            @nnx.vmap(in_axes=None, axis_size=2, transform_metadata=metadata)
+            def create(_: None) -> nnx.Param:
+                return nnx.Param(jnp.ones((4, 8)), out_sharding=(None, 'b'),
+                                 optimizer_sharding=('b', None))
+
+            w = create(None)
+            out[form] = {'shape': list(w.shape), 'out_sharding': spec(w.out_sharding),
+                         'optimizer_sharding': spec(w.optimizer_sharding)}
+    return out
+
+
+# Row 4: nnx.transform_metadata used alone on a stack with another name.
+@probe()
+def decorator_alone_on_another_name() -> Report:
+    with nnx.use_eager_sharding(False):
+        layers = named_stack('data')
+        forward = nnx.transform_metadata(lambda m: m.kernel[...].sum(), in_axes=0,
+                                         out_axes=0, partition='layers')
+        forward(layers)
+    return {'after': spec(layers.kernel.out_sharding)}
+
+
+# Row 5: the decorator through functools.partial with a short spec.
+@probe()
+def decorator_through_partial_short_spec() -> Report:
+    def create(key: jax.Array) -> nnx.Linear:
+        return layer(nnx.Rngs(key), ('b',))
+
+    named = nnx.transform_metadata(create, partition='a')
+    with nnx.use_eager_sharding(False):
+        model = nnx.vmap(functools.partial(named))(jax.random.split(jax.random.key(0), 2))
+    m = mesh()
+    with jax.set_mesh(m):
+        sharded_init(model, m)
+    return {'kernel': kernel(model)}
+
+
+# Row 6: spmd_axis_name whose mesh axis the per-layer spec uses already.
+def kernel_problems(r: Report) -> list[str]:
+    return stacked_problems(r['kernel'])
+
+
+@probe(fixed=kernel_problems, same=('sharding', 'values'))
+def spmd_axis_name_spec_uses_the_axis_explicit() -> Report:
+    with jax.set_mesh(mesh('explicit')):
+        w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=('a', 'b')),
+                     spmd_axis_name='a')(jnp.arange(2.0))
+        value = w.get_value()
+    return {'kernel': {'shape': list(value.shape), 'sharding': sharding(value),
+                       'out_sharding': spec(w.out_sharding)},
+            'sharding': sharding(value), 'values': digest(value)}
+
+
+# Row 7: pipeline stages from spmd_axis_name on an Explicit mesh, run by nnx.scan.
+def stages_problems(r: Report) -> list[str]:
+    found = r['stages'][1]
+    return [] if found[:1] == ['stage'] and len(found) == 3 else [f'stages {found}']
+
+
+@probe(fixed=stages_problems, same=('sharding', 'y'))
+def spmd_axis_name_stages_then_scan_explicit() -> Report:
+    with jax.set_mesh(mesh('explicit', (2, 4), ('stage', 'b'))):
+        stages = stack(2, (None, None), spmd_axis_name='stage')
+
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def run(s: nnx.Linear, x: jax.Array) -> jax.Array:
+            return s(x)[:, :4]
+
+        y = run(stages, jnp.ones((2, 4)))
+    return {'stages': spec(stages.kernel.out_sharding),
+            'sharding': sharding(stages.kernel.get_value()), 'y': digest(y)}
+
+
+# Rows 8 and 9 are inherent (array ops cannot see metadata); the README's
+# recipe runs on vanilla with the documented workaround and on ours.
+def unstack_slice(state: Any) -> Any:
+    """Slice 0 of a stacked state, its metadata one entry shorter."""
+    return nnx.spmd.remove_axis(jax.tree.map(lambda a: a[0], state), 0,
+                                {nnx.PARTITION_NAME: None})
+
+
+@probe()
+def unroll_stack_recipe() -> Report:
+    m = mesh()
+    with nnx.use_eager_sharding(False):
+        layers = stack(2, (None, 'b'), transform_metadata={nnx.PARTITION_NAME: None})
+        first = layer(nnx.Rngs(5), (None, 'b'))
+        nnx.update(first, unstack_slice(nnx.state(layers)))
+        graphdef, _ = nnx.split(first)
+        merged = nnx.merge(graphdef, unstack_slice(nnx.state(layers)))
+    with jax.set_mesh(m):
+        sharded_init(first, m)
+        sharded_init(merged, m)
+    return {'update': kernel(first), 'merge': kernel(merged)}
+
+
+@probe()
+def raw_lax_scan_recipe() -> Report:
+    with jax.set_mesh(mesh()):
+        layers = stack(2, (None, 'b'), transform_metadata={nnx.PARTITION_NAME: None})
+        graphdef, state = nnx.split(layers)
+
+        def body(x: jax.Array, one: Any) -> tuple[jax.Array, None]:
+            one = nnx.spmd.remove_axis(one, 0, {nnx.PARTITION_NAME: None})
+            specs = nnx.get_partition_spec(one)
+            one = jax.lax.with_sharding_constraint(one, specs)
+            return nnx.merge(graphdef, one)(x)[:, :4], None
+
+        y, _ = jax.lax.scan(body, jnp.ones((2, 4)), state)
+    return {'y': digest(y)}
