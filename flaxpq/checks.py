@@ -17,9 +17,11 @@ from flaxpq import QueueError, gitqueue, patchfile
 from flaxpq import hooks as hooks_mod
 from flaxpq.project import Project
 
-# Patch headers (docs/maintainers.md): `[area] summary` subjects as upstream
-# writes them (`[nnx] ...`, `[linen] ...`), short bodies.
-SUBJECT = re.compile(r'^\[[a-z][a-z0-9_./-]*\] \S')
+# Patch headers (docs/maintainers.md): subjects as upstream writes them today
+# (none of 2026's NNX commits has an `[area]` prefix), short bodies.
+AREA_PREFIX = re.compile(r'^\[[A-Za-z][\w./-]*\]')
+# Upstream's own changelog: merged NNX changes never touch it.
+UPSTREAM_CHANGELOG = 'CHANGELOG.md'
 MAX_WIDTH = 72
 MAX_BODY_LINES = 12
 URL = re.compile(r'^https?://\S+$')
@@ -75,9 +77,17 @@ def patch_headers(project: Project) -> list[str]:
 def _header_problems(patch: patchfile.Patch, order: dict[str, int]) -> list[str]:
     problems = []
     subject = patch.subject
-    if not SUBJECT.match(subject):
-        problems.append(f'subject {subject!r} is not `[area] summary` (e.g. '
-                        '`[nnx] keep out_sharding aligned with array rank`)')
+    if not subject:
+        problems.append('no subject: a summary like an upstream PR title')
+    if patch.upstream_bound and (prefix := AREA_PREFIX.match(subject)):
+        problems.append(f'subject {subject!r} starts with {prefix.group()!r}: '
+                        'upstream subjects have no `[area]` prefix (e.g. '
+                        '`keep out_sharding aligned with array rank`)')
+    if patch.upstream_bound and any(
+            f.path == UPSTREAM_CHANGELOG for f in patch.files()):
+        problems.append(f'touches {UPSTREAM_CHANGELOG}: upstream-bound patches '
+                        "leave upstream's changelog alone (our CHANGELOG.md "
+                        'keeps the series history)')
     if len(subject) > MAX_WIDTH or subject.endswith('.'):
         problems.append(f'subject is {len(subject)} columns or ends with a period '
                         f'(at most {MAX_WIDTH}, no period, like a PR title)')

@@ -28,7 +28,7 @@ def message(subject: str, body: str = 'A throwaway change made by the tooling te
     return f'{subject}\n\n{body}\n\n' + '\n'.join(lines) + '\n'
 
 
-GOOD_MESSAGE = message('[nnx] clarify add_axis docstring')
+GOOD_MESSAGE = message('clarify add_axis docstring')
 # Edits of pristine upstream that do not overlap: (path, old, new).
 SPMD_EDIT = ('flax/nnx/spmd.py', '# Transform axis change helpers',
              '# Transform axis change helpers (patched)')

@@ -32,10 +32,10 @@ def test_hooks_blame_what_each_patch_introduces(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
     unused, spaces, guide, ours = make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_IMPORT, message('[nnx] import os')),
-        (TRAILING, message('[nnx] pad OptArray')),
+        (SPMD_IMPORT, message('import os')),
+        (TRAILING, message('pad OptArray')),
         (GUIDE, message('docs: shorten the transforms guide')),
-        (SPMD_EDIT, message('[nnx] our own tweak   ', forwarded='not-needed')),
+        (SPMD_EDIT, message('our own tweak   ', forwarded='not-needed')),
     ])
     report = cli.run_hooks(queue)
     found = '\n'.join(report.problems)
@@ -62,7 +62,7 @@ def test_hooks_ignore_what_the_base_already_had(
     commit_edit(tree, *TRAILING, 'base with trailing whitespace\n')
     gitqueue.git(tree, 'tag', 'base')
     commit_edit(tree, 'flax/nnx/training/optimizer.py', 'class OptVariable(OptState):',
-                'class OptVariable(OptState):  # patched', message('[nnx] mark OptVariable'))
+                'class OptVariable(OptState):  # patched', message('mark OptVariable'))
     out = tmp_path / 'patch'
     gitqueue.git(tree, 'format-patch', *gitqueue.FORMAT_PATCH_FLAGS, '-o', str(out), '-1')
     (patch_file,) = out.iterdir()

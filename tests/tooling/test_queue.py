@@ -49,7 +49,7 @@ def test_materialize_gives_pristine_commit_then_one_commit_per_patch(
     tree = tmp_path / 'again'
     assert gitqueue.materialize(queue, pristine_sdist, tree) == [name]
     log = gitqueue.git(tree, 'log', '--format=%s').stdout.splitlines()
-    assert log == ['[nnx] clarify add_axis docstring',
+    assert log == ['clarify add_axis docstring',
                    f'{pristine_sdist.name} (pristine upstream sdist)']
     assert '(patched)' in (tree / 'flax/nnx/spmd.py').read_text()
     # the pristine commit is byte-for-byte the sdist
@@ -66,9 +66,9 @@ def test_reexport_without_edits_changes_no_byte(
     gitqueue.materialize(queue, pristine_sdist, tree)
     assert gitqueue.export(queue, tree) == []
     assert (queue.patches_dir / name).read_bytes() == before
-    assert name == 'nnx-clarify-add_axis-docstring.patch'
+    assert name == 'clarify-add_axis-docstring.patch'
     assert before.startswith(b'From 0000000000000000000000000000000000000000')
-    assert b'Subject: [nnx] clarify add_axis docstring\n' in before
+    assert b'Subject: clarify add_axis docstring\n' in before
     assert checks.run_all(queue, pristine_sdist, hooks=False) == []
 
 
@@ -124,7 +124,6 @@ def test_check_reports_series_headers_and_version_py(
     (queue.patches_dir / 'stray.patch').write_bytes(b'')
     problems = '\n'.join(checks.run_all(queue, pristine_sdist, hooks=False))
     assert 'bump-version.patch touches flax/version.py' in problems
-    assert "bump-version.patch: subject 'bump version' is not `[area] summary`" in problems
     assert 'bump-version.patch: no body' in problems
     assert 'bump-version.patch: no `Bug: <issue URL>` trailer' in problems
     assert 'bump-version.patch: needs one `Forwarded: no|<PR URL>|not-needed` trailer' in problems

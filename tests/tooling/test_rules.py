@@ -27,30 +27,31 @@ def test_good_headers_pass_and_the_trailers_parse(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
     (first, second) = make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_EDIT, message('[nnx] clarify add_axis docstring')),
-        (SPMD_IMPORT, message('[nnx] mark the typing import', 'Needs the first.',
-                              'Depends-on: nnx-clarify-add_axis-docstring.patch')),
+        (SPMD_EDIT, message('clarify add_axis docstring')),
+        (SPMD_IMPORT, message('mark the typing import', 'Needs the first.',
+                              'Depends-on: clarify-add_axis-docstring.patch')),
     ])
     assert checks.patch_headers(queue) == []
     assert problems(queue, pristine_sdist) == ''
     patch = patchfile.read(queue.patches_dir / second)
     assert patch.depends_on == [first]
-    assert patch.upstream_message() == '[nnx] mark the typing import\n\nNeeds the first.\n'
+    assert patch.upstream_message() == 'mark the typing import\n\nNeeds the first.\n'
 
 
 @pytest.mark.parametrize('msg, expected', [
-    (message('Clarify add_axis docstring'), 'is not `[area] summary`'),
-    (message('[nnx] clarify add_axis docstring.'), 'ends with a period'),
-    (message('[nnx] clarify add_axis docstring', '\n'.join(['Why.'] * 13)),
+    (message('[nnx] clarify add_axis docstring'),
+     "starts with '[nnx]': upstream subjects have no `[area]` prefix"),
+    (message('clarify add_axis docstring.'), 'ends with a period'),
+    (message('clarify add_axis docstring', '\n'.join(['Why.'] * 13)),
      'body has 13 lines (at most 12)'),
-    (message('[nnx] clarify add_axis docstring', 'x' * 73), 'over 72 columns: message lines 3 (line 1 is the subject)'),
-    ('[nnx] clarify add_axis docstring\n\nBody.\n\nForwarded: no\n',
+    (message('clarify add_axis docstring', 'x' * 73), 'over 72 columns: message lines 3 (line 1 is the subject)'),
+    ('clarify add_axis docstring\n\nBody.\n\nForwarded: no\n',
      'no `Bug: <issue URL>` trailer'),
-    (message('[nnx] clarify add_axis docstring', forwarded='maybe'),
+    (message('clarify add_axis docstring', forwarded='maybe'),
      '`Forwarded: maybe` is not no, not-needed or a PR URL'),
-    ('[nnx] clarify add_axis docstring\n\nBody.\n\nBug: https://x.org/1\n',
+    ('clarify add_axis docstring\n\nBody.\n\nBug: https://x.org/1\n',
      'needs one `Forwarded: no|<PR URL>|not-needed` trailer, has 0'),
-    (message('[nnx] clarify add_axis docstring', 'Body.', 'Depends-on: nope.patch'),
+    (message('clarify add_axis docstring', 'Body.', 'Depends-on: nope.patch'),
      '`Depends-on: nope.patch` names no earlier patch'),
 ])
 def test_bad_header_is_named(
@@ -65,9 +66,9 @@ def test_ours_only_patches_come_last_and_are_not_depended_on(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
     ours, bound = make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_EDIT, message('[nnx] our local tweak', forwarded='not-needed')),
-        (SPMD_IMPORT, message('[nnx] mark the typing import', 'Body.',
-                              'Depends-on: nnx-our-local-tweak.patch')),
+        (SPMD_EDIT, message('our local tweak', forwarded='not-needed')),
+        (SPMD_IMPORT, message('mark the typing import', 'Body.',
+                              'Depends-on: our-local-tweak.patch')),
     ])
     found = '\n'.join(checks.patch_headers(queue))
     assert f'{bound}: goes upstream but comes after {ours}' in found
@@ -77,7 +78,7 @@ def test_ours_only_patches_come_last_and_are_not_depended_on(
 def test_dep3_fields_in_the_body_would_leak_upstream(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
-    leaky = message('[nnx] clarify add_axis docstring',
+    leaky = message('clarify add_axis docstring',
                     'Body.\nOrigin: vendor\n\nForwarded: no\n\nMore prose.')
     (name,) = make_queue(queue, pristine_sdist, tmp_path, [(SPMD_EDIT, leaky)])
     found = checks.trailer_leaks(queue)
@@ -91,8 +92,8 @@ def test_patch_that_needs_another_must_say_depends_on(
     # the second patch edits the line the first one added
     second_edit = ('flax/nnx/spmd.py', 'helpers (patched)', 'helpers (patched twice)')
     first, second = make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_EDIT, message('[nnx] clarify add_axis docstring')),
-        (second_edit, message('[nnx] clarify it again')),
+        (SPMD_EDIT, message('clarify add_axis docstring')),
+        (second_edit, message('clarify it again')),
     ])
     found = problems(queue, pristine_sdist)
     assert (f'{second}: does not apply alone to pristine upstream (strict git am: '
@@ -112,21 +113,39 @@ def test_added_python_lines_over_upstream_line_length_are_reported(
 ) -> None:
     assert checks.upstream_line_length(pristine_sdist) == 80
     (name,) = make_queue(queue, pristine_sdist, tmp_path, [
-        (LONG_LINE, message('[nnx] clarify add_axis docstring'))])
+        (LONG_LINE, message('clarify add_axis docstring'))])
     assert checks.long_lines(queue, 80) == [
         f'{name}: flax/nnx/spmd.py:32: 92 columns (upstream allows 80)']
     (name,) = make_queue(queue, pristine_sdist, tmp_path, [
-        (LONG_LINE, message('[nnx] clarify add_axis docstring', forwarded='not-needed'))])
+        (LONG_LINE, message('clarify add_axis docstring', forwarded='not-needed'))])
     assert checks.long_lines(queue, 80) == []  # ours only: upstream never sees it
 
 
 def test_line_count_table(queue: Project, pristine_sdist: Path, tmp_path: Path) -> None:
     make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_EDIT, message('[nnx] clarify add_axis docstring')),
-        (OPTIMIZER_EDIT, message('[nnx] mark OptArray', forwarded='not-needed')),
+        (SPMD_EDIT, message('clarify add_axis docstring')),
+        (OPTIMIZER_EDIT, message('mark OptArray', forwarded='not-needed')),
     ])
     header, first, second = checks.line_counts(queue)
     assert header.split() == ['patch', 'flax/', 'tests/', 'other', 'forwarded']
-    assert first.split() == ['nnx-clarify-add_axis-docstring.patch', '+1', '-1',
+    assert first.split() == ['clarify-add_axis-docstring.patch', '+1', '-1',
                              '+0', '-0', '+0', '-0', 'no']
     assert second.split()[-1] == 'not-needed'
+
+
+def test_upstream_bound_patches_leave_upstream_changelog_alone(
+    queue: Project, pristine_sdist: Path, tmp_path: Path
+) -> None:
+    changelog_line = ('CHANGELOG.md', '(Add your change to a random empty line '
+                      'to avoid merge conflicts)\n-\n',
+                      '(Add your change to a random empty line to avoid merge '
+                      'conflicts)\n- clarified add_axis\n')
+    (name,) = make_queue(queue, pristine_sdist, tmp_path, [
+        (changelog_line, message('clarify add_axis docstring'))])
+    assert checks.patch_headers(queue) == [
+        f"{name}: touches CHANGELOG.md: upstream-bound patches leave upstream's "
+        'changelog alone (our CHANGELOG.md keeps the series history)']
+    make_queue(queue, pristine_sdist, tmp_path, [
+        (changelog_line, message('[nnx] clarify add_axis docstring',
+                                 forwarded='not-needed'))])
+    assert checks.patch_headers(queue) == []  # ours only: upstream never sees it

@@ -31,10 +31,10 @@ def no_user_git_config(monkeypatch: pytest.MonkeyPatch) -> None:
 def series(queue: Project, pristine_sdist: Path, tmp_path: Path) -> list[str]:
     """first <- second (Depends-on), an independent third, one of ours."""
     return make_queue(queue, pristine_sdist, tmp_path, [
-        (SPMD_EDIT, message('[nnx] clarify add_axis docstring')),
-        (SPMD_AGAIN, message('[nnx] clarify it again', 'Builds on the first.',
-                             'Depends-on: nnx-clarify-add_axis-docstring.patch')),
-        (OPTIMIZER_EDIT, message('[nnx] mark OptArray', 'Body.\n\nSecond paragraph.',
+        (SPMD_EDIT, message('clarify add_axis docstring')),
+        (SPMD_AGAIN, message('clarify it again', 'Builds on the first.',
+                             'Depends-on: clarify-add_axis-docstring.patch')),
+        (OPTIMIZER_EDIT, message('mark OptArray', 'Body.\n\nSecond paragraph.',
                                  'Signed-off-by: Ada Sender <ada@example.org>')),
         (TEST_EDIT, message('tests: our local marker', forwarded='not-needed')),
     ])
@@ -74,9 +74,9 @@ def test_one_branch_per_upstream_bound_patch(
         author, committer, text = commit.split('|', 2)
         assert author == committer == SENDER
         assert 'Bug:' not in text and 'Forwarded:' not in text and 'Depends-on:' not in text
-    assert commits[0].endswith('[nnx] clarify it again\n\nBuilds on the first.')
+    assert commits[0].endswith('clarify it again\n\nBuilds on the first.')
     third_message = gitqueue.git(clone, 'log', '-1', '--format=%B', 'pq/' + third[:-6]).stdout
-    assert third_message == ('[nnx] mark OptArray\n\nBody.\n\nSecond paragraph.\n\n'
+    assert third_message == ('mark OptArray\n\nBody.\n\nSecond paragraph.\n\n'
                              'Signed-off-by: Ada Sender <ada@example.org>\n\n')
 
 
