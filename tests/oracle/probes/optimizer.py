@@ -298,18 +298,17 @@ def parameter_offloaded_to_pinned_host() -> Report:
 # Issue 23 row 2: an abstract optimizer (nnx.eval_shape, get_abstract_model)
 # has the shardings of a live one, leaf by leaf, for the optimizers we cover.
 def optimizers() -> dict[str, optax.GradientTransformation]:
-    is_param = lambda x: isinstance(x, nnx.Param)  # noqa: E731
+    # masks and labels made by mapping over the parameters, Variables and all
     return {
         'adam': optax.adam(1e-3),
         'adafactor': optax.adafactor(1e-3, min_dim_size_to_factor=4),
         'lion': optax.lion(1e-3),
         'sgd_momentum': optax.sgd(1e-3, momentum=0.9),
         'masked': optax.masked(optax.adam(1e-3), lambda p: jax.tree.map(
-            lambda x: x.ndim > 1, p, is_leaf=is_param)),
+            lambda x: x.ndim > 1, p)),
         'multi_transform': optax.multi_transform(
             {'adam': optax.adam(1e-3), 'sgd': optax.sgd(1e-3, momentum=0.9)},
-            lambda p: jax.tree.map(lambda x: 'adam' if x.ndim > 1 else 'sgd',
-                                   p, is_leaf=is_param)),
+            lambda p: jax.tree.map(lambda x: 'adam' if x.ndim > 1 else 'sgd', p)),
     }
 
 
