@@ -101,9 +101,8 @@ def _header_problems(patch: patchfile.Patch, order: dict[str, int]) -> list[str]
     if wide := [i for i, line in enumerate(patch.body, 3) if len(line) > MAX_WIDTH]:
         problems.append(f'body lines over {MAX_WIDTH} columns: message lines '
                         f'{", ".join(map(str, wide))} (line 1 is the subject)')
+    # `Bug:` names the upstream issue where there is one (optional)
     bugs, forwarded = patch.trailer('Bug'), patch.trailer('Forwarded')
-    if not bugs:
-        problems.append('no `Bug: <issue URL>` trailer')
     problems += [f'`Bug: {b}` is not a URL' for b in bugs if not URL.match(b)]
     if len(forwarded) != 1:
         problems.append('needs one `Forwarded: no|<PR URL>|not-needed` trailer, '

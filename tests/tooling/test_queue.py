@@ -125,7 +125,6 @@ def test_check_reports_series_headers_and_version_py(
     problems = '\n'.join(checks.run_all(queue, pristine_sdist, hooks=False))
     assert 'bump-version.patch touches flax/version.py' in problems
     assert 'bump-version.patch: no body' in problems
-    assert 'bump-version.patch: no `Bug: <issue URL>` trailer' in problems
     assert 'bump-version.patch: needs one `Forwarded: no|<PR URL>|not-needed` trailer' in problems
     assert 'stray.patch is not listed in patches/series' in problems
 

@@ -45,8 +45,8 @@ def test_good_headers_pass_and_the_trailers_parse(
     (message('clarify add_axis docstring', '\n'.join(['Why.'] * 13)),
      'body has 13 lines (at most 12)'),
     (message('clarify add_axis docstring', 'x' * 73), 'over 72 columns: message lines 3 (line 1 is the subject)'),
-    ('clarify add_axis docstring\n\nBody.\n\nForwarded: no\n',
-     'no `Bug: <issue URL>` trailer'),
+    ('clarify add_axis docstring\n\nBody.\n\nBug: #12\nForwarded: no\n',
+     '`Bug: #12` is not a URL'),
     (message('clarify add_axis docstring', forwarded='maybe'),
      '`Forwarded: maybe` is not no, not-needed or a PR URL'),
     ('clarify add_axis docstring\n\nBody.\n\nBug: https://x.org/1\n',
@@ -60,6 +60,15 @@ def test_bad_header_is_named(
     (name,) = make_queue(queue, pristine_sdist, tmp_path, [(SPMD_EDIT, msg)])
     found = [p for p in checks.patch_headers(queue) if expected in p]
     assert found and found[0].startswith(f'{name}: '), checks.patch_headers(queue)
+
+
+def test_bug_trailer_is_optional(
+    queue: Project, pristine_sdist: Path, tmp_path: Path
+) -> None:
+    # a change with no upstream issue (e.g. a better error message)
+    make_queue(queue, pristine_sdist, tmp_path, [
+        (SPMD_EDIT, 'clarify add_axis docstring\n\nBody.\n\nForwarded: no\n')])
+    assert checks.patch_headers(queue) == []
 
 
 def test_ours_only_patches_come_last_and_are_not_depended_on(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flaxpq import QueueError, cli, gitqueue, upstream
+from flaxpq import QueueError, checks, cli, gitqueue, upstream
 from flaxpq.project import Project
 from tests.tooling.helpers import SPMD_EDIT, commit_edit, make_queue, message, upstream_clone
 
@@ -132,3 +132,19 @@ def test_report_tries_three_way_and_runs_the_touched_tests(
                      f'{sys.executable} -c "import sys; sys.exit(len(sys.argv) != 2)"'])
     assert code == 0
     assert f'| `{name}` | three-way | pass | tests/nnx/spmd_test.py |' in summary.read_text()
+
+
+def test_report_skips_ours_only_patches_and_check_applies_them(
+    queue: Project, pristine_sdist: Path, series: list[str], clone: Path
+) -> None:
+    first, second, third, ours = series
+    rows = upstream.report(queue, clone, upstream.sender(clone, SENDER), 'pq', None)
+    assert [row.patch for row in rows] == [first, second, third]
+    assert [p.name for p in upstream.upstream_bound(queue)] == [first, second, third]
+    # check applies the `Forwarded: not-needed` patch like any other
+    path = queue.patches_dir / ours
+    path.write_bytes(path.read_bytes().replace(
+        b'-class TestSPMD(parameterized.TestCase):\n',
+        b'-class TestSPMD(parameterized.TestCase):  # not upstream\n'))
+    problems = '\n'.join(checks.run_all(queue, pristine_sdist, hooks=False))
+    assert f'{ours}: does not apply alone to pristine upstream' in problems

@@ -83,3 +83,57 @@ def eval_shape_spec_longer_than_rank() -> Report:
     with jax.set_mesh(util.mesh()):
         return _error(lambda: nnx.eval_shape(lambda: nnx.Param(
             jnp.ones((4, 8)), out_sharding=('a', 'b', None), eager_sharding=False)))
+
+
+# Issue 23 rows 3-4: the note's advice fits the error; type and message stay.
+def _noted_error(call: Callable[[], Any]) -> Report:
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 -- the outcome is the report
+        return {'type': type(e).__name__, 'message': str(e),
+                'notes': '\n'.join(getattr(e, '__notes__', ()))}
+    return {'type': None}
+
+
+def _typo_problems(r: Report) -> list[str]:
+    notes = r.get('notes', '')
+    problems = [f'no {w!r} in the note' for w in (
+        "'layer' is not an axis of the mesh, whose axes are ('layers', 'b')",
+        "Param at 'layers/kernel' of shape (3, 8, 8)") if w not in notes]
+    if 'transform_metadata=' in notes:
+        problems.append('the note tells to do what the user did')
+    return problems
+
+
+@probe(fixed=_typo_problems, same=('type', 'message'))
+def typo_in_partition_name_note_names_the_axis() -> Report:
+    from flax import nnx
+
+    mesh = util.mesh(shape=(2, 4), names=('layers', 'b'))
+
+    @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: 'layer'})
+    def create(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(8, 8, rngs=nnx.Rngs(key), kernel_init=nnx.with_partitioning(
+            nnx.initializers.lecun_normal(), (None, 'b')))
+
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.layers = create(jax.random.split(jax.random.key(0), 3))
+
+    with jax.set_mesh(mesh):
+        model = Model()
+    return _noted_error(lambda: nnx.get_named_sharding(nnx.state(model), mesh))
+
+
+def _no_mesh_problems(r: Report) -> list[str]:
+    notes = r.get('notes', '')
+    problems = [f'no {w!r} in the note' for w in ('jax.set_mesh', 'eager_sharding=False')
+                if w not in notes]
+    return problems + (['the note talks of dividing axes'] if 'divide' in notes else [])
+
+
+@probe(fixed=_no_mesh_problems, same=('type', 'message'))
+def annotated_variable_without_a_mesh_note_says_set_one() -> Report:
+    from flax import nnx
+
+    return _noted_error(lambda: nnx.Param(jnp.ones((4, 8)), out_sharding=('a', 'b')))

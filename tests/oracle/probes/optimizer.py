@@ -17,7 +17,7 @@ import optax
 
 from flax import nnx
 from tests.oracle.probes import Report, probe
-from tests.oracle.probes.util import mesh, variables
+from tests.oracle.probes.util import mesh, sharding, variables
 
 FIELDS = ('out_sharding', 'optimizer_sharding')
 
@@ -159,7 +159,8 @@ def stacked_by_nnx_vmap_then_adam() -> Report:
     return adam_on_both_axis_types(build)
 
 
-# Adafactor: the factored moments and (1,) placeholders have other shapes.
+# Adafactor: the factored moments and (1,) placeholders have other shapes:
+# optax's sharding, and as metadata that sharding's spec where it is sharded.
 def adafactor_problems(r: Report) -> list[str]:
     problems = []
     for axis_type, stage in r.items():
@@ -169,10 +170,14 @@ def adafactor_problems(r: Report) -> list[str]:
         problems += [f'{axis_type}: {p}' for p in mirror_problems(stage)]
         for path, leaf in stage['opt_state'].items():
             param = stage['params'].get('/'.join(path.split('/')[-1:]))
-            if param is not None and leaf['shape'] != param['shape'] and (
-                    leaf['out_sharding'] or leaf['optimizer_sharding']):
-                problems.append(f'{axis_type}: {path} {leaf["shape"]} has '
-                                f'sharding metadata {leaf["out_sharding"]}')
+            if param is None or leaf['shape'] == param['shape']:
+                continue
+            sharded = [e for e in leaf['sharding'] or [] if e is not None]
+            wanted = ['tuple', leaf['sharding']] if sharded else None
+            if leaf['out_sharding'] != wanted or leaf['optimizer_sharding']:
+                problems.append(f'{axis_type}: {path} {leaf["shape"]} sharded '
+                                f'{leaf["sharding"]} has sharding metadata '
+                                f'{leaf["out_sharding"]}')
     return problems
 
 
@@ -259,11 +264,92 @@ def row4_short_optimizer_sharding_raises_jax_error() -> Report:
 
 
 def note_problems(r: Report) -> list[str]:
-    wanted = ("opt_state[0].mu['stack']['kernel'] of shape (3, 8, 8)",
-              "'optimizer_sharding': ('a', 'b')")
+    wanted = ("OptVariable of shape (3, 8, 8) eagerly with "
+              "out_sharding=('a', 'b')", 'that divide their dimensions')
     return [f'no note naming {w}' for w in wanted if w not in r['notes']]
 
 
 @probe(fixed=note_problems)
 def row4_short_optimizer_sharding_note_names_the_variable() -> Report:
     return {'notes': '\n'.join(getattr(short_optimizer_sharding(), '__notes__', []))}
+
+
+# Issue 23 row 1: the state gets the parameter's partitioning, not its
+# memory kind: where the metadata shards it, vanilla puts it in device memory.
+@probe()
+def parameter_offloaded_to_pinned_host() -> Report:
+    kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
+    if 'pinned_host' not in kinds:
+        return {'skipped': f'no pinned_host memory: {sorted(kinds)}'}
+    out: Report = {}
+    m = mesh()
+    with jax.set_mesh(m):
+        for kind in ('pinned_host', 'device'):
+            model = linear(nnx.Rngs(0))
+            model.kernel.set_value(jax.device_put(model.kernel[...], jax.sharding.NamedSharding(
+                m, jax.P('a', 'b'), memory_kind=kind)))
+            optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+            mu = optimizer.opt_state[0].mu['kernel'][...]
+            out[kind] = {'kernel': model.kernel[...].sharding.memory_kind,
+                         'mu': mu.sharding.memory_kind, 'mu_spec': sharding(mu)}
+    return out
+
+
+# Issue 23 row 2: an abstract optimizer (nnx.eval_shape, get_abstract_model)
+# has the shardings of a live one, leaf by leaf, for the optimizers we cover.
+def optimizers() -> dict[str, optax.GradientTransformation]:
+    # masks and labels made by mapping over the parameters, Variables and all
+    return {
+        'adam': optax.adam(1e-3),
+        'adafactor': optax.adafactor(1e-3, min_dim_size_to_factor=4),
+        'lion': optax.lion(1e-3),
+        'sgd_momentum': optax.sgd(1e-3, momentum=0.9),
+        'masked': optax.masked(optax.adam(1e-3), lambda p: jax.tree.map(
+            lambda x: x.ndim > 1, p)),
+        'multi_transform': optax.multi_transform(
+            {'adam': optax.adam(1e-3), 'sgd': optax.sgd(1e-3, momentum=0.9)},
+            lambda p: jax.tree.map(lambda x: 'adam' if x.ndim > 1 else 'sgd', p)),
+    }
+
+
+def layouts(state: Any) -> dict[str, Any]:
+    out = {}
+    for path, var in nnx.to_flat_state(state):
+        value = var.get_value()
+        if hasattr(value, 'shape'):
+            out['/'.join(map(str, path))] = sharding(value)
+    return out
+
+
+def abstract_problems(r: Report) -> list[str]:
+    problems = []
+    for key, stage in r.items():
+        if 'error' in stage:
+            problems.append(f'{key}: {stage["error"]}')
+            continue
+        for kind in ('eval_shape', 'get_abstract_model'):
+            if stage[kind] != stage['live']:
+                diff = {p: (v, stage[kind].get(p)) for p, v in stage['live'].items()
+                        if stage[kind].get(p) != v}
+                problems.append(f'{key}: {kind} differs from live: {diff}')
+    return problems
+
+
+@probe(fixed=abstract_problems)
+def abstract_optimizer_shardings_equal_live() -> Report:
+    out: Report = {}
+    for axis_type in ('auto', 'explicit'):
+        m = mesh(axis_type)
+        for name, tx in optimizers().items():
+            create = lambda: nnx.Optimizer(linear(nnx.Rngs(0)), tx, wrt=nnx.Param)  # noqa: E731,B023
+            key = f'{axis_type}/{name}'
+            try:
+                with jax.set_mesh(m):
+                    live = layouts(nnx.state(create()))
+                    abstract = layouts(nnx.state(nnx.eval_shape(create)))
+                    _, abstract_state = nnx.get_abstract_model(create, m)
+                out[key] = {'live': live, 'eval_shape': abstract,
+                            'get_abstract_model': layouts(abstract_state)}
+            except Exception as e:  # noqa: BLE001 -- the outcome is the report
+                out[key] = {'error': f'{type(e).__name__}: {str(e).splitlines()[0][:120]}'}
+    return out
