@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import zipfile
 from pathlib import Path
 
@@ -23,3 +24,14 @@ def vanilla_flax(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     return site
+
+
+@pytest.fixture
+def vanilla_python(vanilla_flax: Path, tmp_path: Path) -> str:
+    """An 'interpreter' that runs this venv's Python with vanilla flax first."""
+    wrapper = tmp_path / 'vanilla-python'
+    wrapper.write_text(
+        '#!/bin/sh\n'
+        f'PYTHONPATH="{vanilla_flax}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
