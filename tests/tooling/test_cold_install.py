@@ -104,9 +104,10 @@ def test_offline_recipe_builds_with_the_index_unreachable(tmp_path: Path) -> Non
     """README "Install offline", minus flax's dependencies (plain pip).
 
     Connected: the sdist (``python -m flaxpq fetch``) and the build
-    requirements as wheels. Offline: ``FLAXPQ_SDIST`` and ``--no-index
+    requirements as wheels, and upstream's flax wheel, which the README's
+    ``pip download`` also leaves there. Offline: ``FLAXPQ_SDIST`` and ``--no-index
     --find-links``, with an index that refuses connections and empty caches.
-    Long (111 s at load 5-6) for what the recipe is: two downloads with
+    Long (111 s at load 5-6) for what the recipe is: downloads with
     empty caches, a new venv whose pip is upgraded from the wheelhouse, and
     one full wheel build; nothing in it can be shared with the other tests,
     whose caches must stay cold too.
@@ -118,6 +119,10 @@ def test_offline_recipe_builds_with_the_index_unreachable(tmp_path: Path) -> Non
     wheelhouse = tmp_path / 'wheelhouse'
     run_ok(sys.executable, '-m', 'pip', 'download', '--quiet', '--dest', wheelhouse,
            *build_requirements(), env=connected)
+    # As the README's recipe leaves it: upstream's own flax wheel among them.
+    run_ok(sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '--dest',
+           wheelhouse, f'{PIN.package}=={PIN.version}', env=connected)
+    assert list(wheelhouse.glob(f'{PIN.package}-{PIN.version}-*.whl'))
 
     offline = isolated_env(tmp_path / 'offline', PIP_INDEX_URL=UNREACHABLE_INDEX,
                            FLAXPQ_SDIST=str(sdist_path))
