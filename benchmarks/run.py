@@ -117,13 +117,28 @@ def _pip(python: Path, *args: str) -> None:
     subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', *args], check=True)
 
 
+def base_interpreter(python: Path | str) -> str:
+    """The real interpreter behind ``python`` (through symlinks, shims, venvs)."""
+    code = 'import os, sys; print(os.path.realpath(sys._base_executable))'
+    result = subprocess.run([str(python), '-c', code], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else ''
+
+
 def _make_venv(base_python: str, path: Path, rebuild: bool) -> tuple[Path, bool]:
-    """``(python, ready)``: the venv's interpreter and whether it is usable as is."""
+    """``(python, ready)``: the venv's interpreter and whether it is usable as is.
+
+    A venv made with another interpreter than ``base_python`` (a changed
+    ``PYTHON=`` of ``make bench``) is made anew, as ``scripts/venv`` does.
+    """
     python = path / 'bin' / 'python'
+    if (path / '.ready').exists() and not rebuild:
+        if base_interpreter(python) == base_interpreter(base_python):
+            return python, True
+        print(f'{path} was made with another Python than {base_python}: making it anew',
+              flush=True)
+        rebuild = True
     if rebuild and path.exists():
         shutil.rmtree(path)
-    if (path / '.ready').exists():
-        return python, True
     subprocess.run([base_python, '-m', 'venv', '--clear', str(path)], check=True)
     return python, False
 

@@ -3,7 +3,7 @@
 ``scripts/find-python`` must pick in the order of the README's Install
 section (``python3`` if >= 3.12, ``python3.12``, pyenv's newest 3.12.x, and
 only then newer ones), and ``scripts/venv`` must make a venv anew when the
-pick changes. Both run here against stand-in interpreters: shell scripts that
+pick changes (so must ``make bench``'s venvs). They run here against stand-in interpreters: shell scripts that
 answer the version check with a given version and make stand-in venvs.
 """
 
@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from flaxpq.project import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / 'benchmarks'))
+import run as bench  # noqa: E402
 
 FIND_PYTHON = REPO_ROOT / 'scripts' / 'find-python'
 VENV = REPO_ROOT / 'scripts' / 'venv'
@@ -27,8 +31,9 @@ VERSION={version}; BASE={base}
 case "$1 $2" in
   "-c "*version_info*) [ "$VERSION" -ge 12 ] ;;
   "-c "*_base_executable*) echo "$BASE" ;;
-  "-m venv") mkdir -p "$3/bin" && sed "s|^VERSION=.*|VERSION=$VERSION; BASE=$BASE|" "$0" \\
-      > "$3/bin/python" && chmod +x "$3/bin/python" ;;
+  "-m venv") for dir; do :; done; mkdir -p "$dir/bin" \\
+      && sed "s|^VERSION=.*|VERSION=$VERSION; BASE=$BASE|" "$0" > "$dir/bin/python" \\
+      && chmod +x "$dir/bin/python" ;;
   "-m pip") exit 0 ;;
   *) exit 3 ;;
 esac
@@ -128,3 +133,17 @@ def test_the_install_section_and_find_python_name_the_same_order() -> None:
     assert "on_path python3 python3.12 || in_pyenv '3.12*' \\\n" in script
     assert "|| on_path python3.13 python3.14 || in_pyenv '3.1[3-9]*'" in script
     assert os.access(VENV, os.X_OK)
+
+
+def test_a_changed_python_makes_the_benchmark_venvs_anew(machine: tuple[Path, Path]) -> None:
+    """``make bench`` passes find-python's pick; its venvs follow it too."""
+    bin_dir, _ = machine
+    first = stub(bin_dir / 'python3.12', 12)
+    second = stub(bin_dir / 'python3.13', 13)
+    venv = bin_dir.parent / 'venv-ours'
+    python, ready = bench._make_venv(str(first), venv, rebuild=False)
+    assert not ready and bench.base_interpreter(python) == str(first)
+    (venv / '.ready').touch()
+    assert bench._make_venv(str(first), venv, rebuild=False) == (python, True)
+    assert bench._make_venv(str(second), venv, rebuild=False) == (python, False)
+    assert bench.base_interpreter(python) == str(second)
