@@ -41,8 +41,9 @@ bench:
 # anew when the pick changed).
 venv:
 	scripts/venv $(VENV)
+# Both of the demo's venvs at once (the vanilla one is filled later).
 demo-venv:
-	scripts/venv $(DEMO_VENV)
+	scripts/venv $(DEMO_VANILLA_VENV) & vanilla=$$!; scripts/venv $(DEMO_VENV); wait $$vanilla
 
 # Our wheel, built once per install through PEP 517 (pip wheel .) by the pip
 # of venv $(1), into build/dist.
@@ -76,7 +77,6 @@ demo-install: demo-venv
 # constraints change.
 DEMO_PINS := $(DEMO_VANILLA_VENV)/constraints.txt
 demo-vanilla-install: demo-install
-	scripts/venv $(DEMO_VANILLA_VENV)
 	$(DEMO_PY) -m pip freeze --exclude flax > $(DEMO_PINS).new
 	if ! cmp -s $(DEMO_PINS).new $(DEMO_PINS); then \
 		flax=$$($(DEMO_PY) -c 'import flax; print(flax.__version__.split("+")[0])'); \
