@@ -26,6 +26,7 @@ import run as bench  # noqa: E402
 
 
 def test_benchmarks_smoke(vanilla_python: str) -> None:
+    """Two jax processes at once, 8 cases each: 88 s at load 8-10 (54 s of CPU)."""
     results = bench.run_smoke(sys.executable, vanilla_python)
     versions = results['versions']
     assert versions['ours']['flax'] != versions['vanilla']['flax'], versions
