@@ -1,11 +1,14 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check`, our tests, upstream's
 #               tests/ and NNX examples (durations: README.md, "The two commands")
-#   make demo   its own venv (.venv-demo) with our wheel and requirements/demo.txt,
-#               then examples/scan_over_layers.py
+#   make demo   examples/stacked_optimizer.py on vanilla flax 0.12.12 and on ours,
+#               side by side (examples/compare.py), each in its own venv:
+#               .venv-demo-vanilla and .venv-demo (requirements/demo.txt)
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
-# PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks.
+#   make clean  remove build/, dist/ and the venvs
+# PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks;
+# scripts/venv makes each venv anew when the pick changes.
 # Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
 # `== HH:MM:SS <step>: done in 1 min 5 s` after, then pytest's summary line
 # again for a pytest step, so `make test` ends with pytest's summary line.
@@ -13,6 +16,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV ?= .venv
 DEMO_VENV ?= .venv-demo
+DEMO_VANILLA_VENV ?= .venv-demo-vanilla
 PY := $(VENV)/bin/python
 DEMO_PY := $(DEMO_VENV)/bin/python
 WORKERS ?= 2
@@ -20,23 +24,26 @@ TIMED := scripts/timed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: test demo bench check install demo-install venv our-tests upstream-tests \
+.PHONY: test demo bench check install demo-install demo-vanilla-install venv demo-venv \
+	our-tests upstream-tests \
 	upstream-tree upstream-suite upstream-examples clean
 
 test: install check our-tests upstream-tests
 
-demo: demo-install
-	$(DEMO_PY) examples/scan_over_layers.py
+demo: demo-install demo-vanilla-install
+	$(DEMO_PY) examples/compare.py --vanilla $(DEMO_VANILLA_VENV)/bin/python --ours $(DEMO_PY)
 
 bench:
 	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python"
 
-# A venv with a current pip: $(VENV) for the tests, $(DEMO_VENV) for the demo.
-venv: $(VENV)/.ready
-%/.ready:
-	python=$$(scripts/find-python); echo "using $$python"; "$$python" -m venv $*
-	$*/bin/python -m pip install --quiet --upgrade pip
-	touch $@
+# A venv of the Python scripts/find-python picks, with a current pip:
+# $(VENV) for the tests, $(DEMO_VENV) for the demo (scripts/venv makes it
+# anew when the pick changed).
+venv:
+	scripts/venv $(VENV)
+# Both of the demo's venvs at once (the vanilla one is filled later).
+demo-venv:
+	scripts/venv $(DEMO_VANILLA_VENV) & vanilla=$$!; scripts/venv $(DEMO_VENV); wait $$vanilla
 
 # Our wheel, built once per install through PEP 517 (pip wheel .) by the pip
 # of venv $(1), into build/dist.
@@ -56,12 +63,28 @@ install: venv
 	$(PY) -c 'import flax; print("installed flax", flax.__version__)'
 
 # The demo's venv: our wheel and what the demo imports, nothing else.
-demo-install: $(DEMO_VENV)/.ready
+demo-install: demo-venv
 	$(call build-wheel,$(DEMO_VENV))
 	$(TIMED) "installing $$(cd build/dist && echo flax-*.whl) and requirements/demo.txt" \
-		$(DEMO_PY) -m pip install --quiet -r requirements/demo.txt build/dist/flax-*.whl
-	$(DEMO_PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
+		$(DEMO_PY) -m pip install --quiet --no-compile -r requirements/demo.txt build/dist/flax-*.whl
+	$(DEMO_PY) -m pip install --quiet --no-compile --force-reinstall --no-deps build/dist/flax-*.whl
 	$(DEMO_PY) -c 'import flax; print("installed flax", flax.__version__)'
+
+# The demo's vanilla side: the registry's flax of our version (without our
+# label) and requirements/demo.txt, constrained to exactly what $(DEMO_VENV)
+# holds (pip freeze), so that both sides run the same jax and optax and only
+# the flax wheel is new to pip's cache. Installed again only when those
+# constraints change.
+DEMO_PINS := $(DEMO_VANILLA_VENV)/constraints.txt
+demo-vanilla-install: demo-install
+	$(DEMO_PY) -m pip freeze --exclude flax > $(DEMO_PINS).new
+	if ! cmp -s $(DEMO_PINS).new $(DEMO_PINS); then \
+		flax=$$($(DEMO_PY) -c 'import flax; print(flax.__version__.split("+")[0])'); \
+		$(TIMED) "installing vanilla flax==$$flax and requirements/demo.txt" \
+			$(DEMO_VANILLA_VENV)/bin/python -m pip install --quiet --no-compile -c $(DEMO_PINS).new \
+			-r requirements/demo.txt "flax==$$flax"; \
+	fi
+	mv $(DEMO_PINS).new $(DEMO_PINS)
 
 check: venv
 	$(TIMED) 'flaxpq check: the patch-queue invariants and upstream pre-commit hooks' \
@@ -101,4 +124,4 @@ upstream-examples: upstream-tree
 		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
 clean:
-	rm -rf build dist $(VENV) $(DEMO_VENV)
+	rm -rf build dist $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV)

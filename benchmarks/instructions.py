@@ -26,50 +26,13 @@ Run it only through the driver (``run.py``), which starts it as::
 
 from __future__ import annotations
 
-import ctypes
-import os
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import bench_model
 from bench_model import jax
+from callgrind import Counter, load_marks
 from overhead import Operations
-
-T = TypeVar('T')
-
-def load_marks(library: Path) -> ctypes.CDLL:
-    """Load the compiled ``callgrind_marks.c`` (``marks_start``, ``marks_stop``)."""
-    marks = ctypes.CDLL(str(library))
-    marks.marks_stop.argtypes = [ctypes.c_char_p]
-    return marks
-
-
-def main_thread_instructions(out_dir: Path, dump: int) -> int:
-    """Instructions of the main thread (thread 1) in this process's dump ``dump``."""
-    path = out_dir / f'callgrind.out.{os.getpid()}.{dump}-01'
-    if not path.exists():
-        raise RuntimeError(f'no callgrind dump {path}; run this program through run.py '
-                           '(under valgrind)')
-    for line in path.read_text().splitlines():
-        if line.startswith(('summary:', 'totals:')):
-            return int(line.split()[1])
-    raise RuntimeError(f'{path} has no summary line')
-
-
-class Counter:
-    """Counts the main thread's instructions of a callable between marks."""
-
-    def __init__(self, out_dir: Path, marks: ctypes.CDLL) -> None:
-        self.out_dir, self.marks, self.dumps = out_dir, marks, 0
-
-    def count(self, name: str, operation: Callable[[], T]) -> tuple[int, T]:
-        """``(instructions, result)`` of ``operation()``; only the call is counted."""
-        label = name.encode()
-        self.marks.marks_start()
-        result = operation()
-        self.marks.marks_stop(label)
-        self.dumps += 1
-        return main_thread_instructions(self.out_dir, self.dumps), result
 
 
 def measure(case: bench_model.CaseSpec, width: int, repeats: int, warmup: int,

@@ -102,11 +102,14 @@ FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
               variable_scaling=(8, 32, 128), group_size=4,
               repeats=3, rounds=4, warmup=1, one_process_per_case=True, workers=1,
               instruction_cases=('64', '32:8'), instruction_repeats=3)
+# No instruction counts in smoke mode: jax under valgrind takes minutes even
+# at these sizes (802 s at load 8); the test suite checks the counting itself
+# on a jax-free program (tests/e2e/test_benchmarks_smoke.py).
 SMOKE = Config(mode='smoke', layers=4, width=16, indivisible_layers=None,
                overhead_layers=4, overhead_width=16, scaling_layers=(2, 4),
                variable_scaling=(4, 8), group_size=2,
                repeats=1, rounds=1, warmup=0, one_process_per_case=False, workers=2,
-               instruction_cases=('4',), instruction_repeats=1)
+               instruction_cases=(), instruction_repeats=1)
 
 # -- interpreters -----------------------------------------------------------
 
@@ -114,13 +117,28 @@ def _pip(python: Path, *args: str) -> None:
     subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', *args], check=True)
 
 
+def base_interpreter(python: Path | str) -> str:
+    """The real interpreter behind ``python`` (through symlinks, shims, venvs)."""
+    code = 'import os, sys; print(os.path.realpath(sys._base_executable))'
+    result = subprocess.run([str(python), '-c', code], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else ''
+
+
 def _make_venv(base_python: str, path: Path, rebuild: bool) -> tuple[Path, bool]:
-    """``(python, ready)``: the venv's interpreter and whether it is usable as is."""
+    """``(python, ready)``: the venv's interpreter and whether it is usable as is.
+
+    A venv made with another interpreter than ``base_python`` (a changed
+    ``PYTHON=`` of ``make bench``) is made anew, as ``scripts/venv`` does.
+    """
     python = path / 'bin' / 'python'
+    if (path / '.ready').exists() and not rebuild:
+        if base_interpreter(python) == base_interpreter(base_python):
+            return python, True
+        print(f'{path} was made with another Python than {base_python}: making it anew',
+              flush=True)
+        rebuild = True
     if rebuild and path.exists():
         shutil.rmtree(path)
-    if (path / '.ready').exists():
-        return python, True
     subprocess.run([base_python, '-m', 'venv', '--clear', str(path)], check=True)
     return python, False
 
@@ -276,6 +294,18 @@ def instructions_unavailable() -> str | None:
     return f'not found on PATH: {", ".join(missing)}' if missing else None
 
 
+def compile_marks(directory: Path) -> Path:
+    """``callgrind_marks.c`` compiled with gcc into ``directory``; the library."""
+    marks = directory / 'callgrind_marks.so'
+    subprocess.run(['gcc', '-O1', '-shared', '-fPIC', '-o', str(marks),
+                    str(BENCH_DIR / 'callgrind_marks.c')], check=True)
+    return marks
+
+
+CALLGRIND = ('valgrind', '-q', '--tool=callgrind', '--instr-atstart=no',
+             '--separate-threads=yes', '--trace-children=yes')
+
+
 def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
     """Main-thread instruction counts (``instructions.py`` under callgrind).
 
@@ -291,9 +321,7 @@ def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as out_dir:
             # --trace-children: the interpreter may be a wrapper script that
             # execs Python (the smoke test's vanilla one); %p is its pid.
-            prefix = ('valgrind', '-q', '--tool=callgrind', '--instr-atstart=no',
-                      '--separate-threads=yes', '--trace-children=yes',
-                      f'--callgrind-out-file={out_dir}/callgrind.out.%p')
+            prefix = (*CALLGRIND, f'--callgrind-out-file={out_dir}/callgrind.out.%p')
             cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
             rows = run_program(pythons[key], 'instructions', prefix=prefix,
                                env={'PYTHONHASHSEED': '0'}, cases=cases,
@@ -307,9 +335,7 @@ def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as build_dir, ThreadPoolExecutor(max_workers=2) as pool:
-        marks = Path(build_dir) / 'callgrind_marks.so'
-        subprocess.run(['gcc', '-O1', '-shared', '-fPIC', '-o', str(marks),
-                        str(BENCH_DIR / 'callgrind_marks.c')], check=True)
+        marks = compile_marks(Path(build_dir))
         outputs = dict(zip(
             (label for label, _, _ in OVERHEAD_RUNS),
             pool.map(lambda run: count(*run, marks), OVERHEAD_RUNS)))

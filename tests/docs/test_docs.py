@@ -1,13 +1,17 @@
-"""Every ```python block of README.md and docs/*.md runs, file by file.
+"""Every ```python block of README.md and docs/*.md pastes and runs, page by page.
 
-Blocks of one file run in order in one fresh interpreter, as a reader pastes
-them, so later blocks may use names defined earlier. The interpreter gets no
-device setup: ``XLA_FLAGS`` and ``JAX_PLATFORMS`` are removed from its
-environment (``make test`` exports both), and it runs in an empty folder, so
-a page whose code needs 8 devices must set them up in its own first block.
-Blocks meant as illustration only use another fence language (```text,
-```bash). Where a page shows what its code prints (a ```text block after
-"It prints ...:"), the page must print exactly that.
+Blocks of one page are fed in order to one fresh standard REPL (``python
+-i``, reading its standard input as a reader's paste), so later blocks may
+use names defined earlier, and a page fails on what pasting hits: a blank
+line inside an indented block (``IndentationError: unexpected indent``), a
+statement right after an indented block without the blank line that ends it
+(``SyntaxError``), and any exception (a traceback). The interpreter gets no device setup: ``XLA_FLAGS`` and
+``JAX_PLATFORMS`` are removed from its environment (``make test`` exports
+both), and it runs in an empty folder, so a page whose code needs 8 devices
+must set them up in its own first block. Blocks meant as illustration only
+use another fence language (```text, ```bash). Where a page shows what its
+code prints (a ```text block after "It prints ...:"), the page must print
+exactly that.
 """
 
 from __future__ import annotations
@@ -35,22 +39,61 @@ def python_blocks(text: str) -> list[str]:
     return FENCE.findall(text)
 
 
+# What the REPL writes to stderr when a pasted statement fails, after its
+# prompts: a traceback, or (without one) a compile error of the paste.
+PROMPTS = re.compile(r'^(?:(?:>>>|\.\.\.) ?)+', re.MULTILINE)
+FAILURE = re.compile(r'^(Traceback \(most recent call last\):|'
+                     r'(IndentationError|SyntaxError|TabError): .*)$', re.MULTILINE)
+
+
 def run_blocks(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    """The ``python`` blocks of a page, in order, in one fresh interpreter."""
-    script = folder / 'page.py'
-    script.write_text('\n'.join(python_blocks(text)))
+    """The ``python`` blocks of a page, in order, pasted into one fresh REPL.
+
+    Each block ends with the blank line that a reader's Enter adds. The
+    REPL's echo of expression values (``os.environ.setdefault(...)`` shows
+    its value) is turned off first, so that stdout is what the code prints.
+    """
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
-    return subprocess.run([sys.executable, str(script)], env=env, cwd=folder,
+    paste = ''.join(f'{block}\n' for block in python_blocks(text))
+    paste = f'import sys; sys.displayhook = lambda value: None; del sys\n{paste}'
+    return subprocess.run([sys.executable, '-q', '-i'], input=paste, env=env, cwd=folder,
                           capture_output=True, text=True, timeout=600)
 
 
+def paste_failures(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The failure lines of a REPL session's stderr (empty when all went well)."""
+    return [match[0] for match in FAILURE.finditer(PROMPTS.sub('', result.stderr))]
+
+
+def assert_pasted_cleanly(result: subprocess.CompletedProcess[str]) -> None:
+    failures = paste_failures(result)
+    assert result.returncode == 0 and not failures, (failures, result.stderr[-4000:])
+
+
 @pytest.mark.parametrize('page', PAGES_WITH_CODE, ids=lambda p: p.name)
-def test_python_blocks_run(page: Path, tmp_path: Path) -> None:
+def test_python_blocks_paste_into_the_repl_and_run(page: Path, tmp_path: Path) -> None:
+    """One REPL per page: a jax start-up, then its code (the user guide's 12
+    blocks took 37-59 s at load 10)."""
     text = page.read_text()
     result = run_blocks(text, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_pasted_cleanly(result)
     if expected := PRINTS.findall(text):  # e.g. the README's Quick start
         assert result.stdout == ''.join(expected)
+
+
+@pytest.mark.parametrize('code, error, runs_as_file', [
+    ('def f():\n  x = 1\n\n  return x\n', 'IndentationError: unexpected indent', True),
+    ('if True:\n  x = 1\nprint(x)\n', 'SyntaxError: invalid syntax', True),
+    ('x = 1\nraise ValueError(x)\n', 'Traceback (most recent call last):', False),
+], ids=['blank-line-in-block', 'no-blank-line-after-block', 'exception'])
+def test_what_fails_to_paste_fails_the_page(code: str, error: str, runs_as_file: bool,
+                                             tmp_path: Path) -> None:
+    """Pasting catches what running the page as a file does not."""
+    assert error in paste_failures(run_blocks(f'```python\n{code}```\n', tmp_path))
+    script = tmp_path / 'page.py'
+    script.write_text(code)
+    as_file = subprocess.run([sys.executable, str(script)], capture_output=True)
+    assert (as_file.returncode == 0) == runs_as_file
 
 
 def test_the_device_flags_of_the_test_run_do_not_reach_the_pages(
@@ -63,8 +106,7 @@ def test_the_device_flags_of_the_test_run_do_not_reach_the_pages(
             "assert 'XLA_FLAGS' not in os.environ, os.environ['XLA_FLAGS']\n"
             "assert 'JAX_PLATFORMS' not in os.environ, os.environ['JAX_PLATFORMS']\n"
             "```\n")
-    result = run_blocks(page, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_pasted_cleanly(run_blocks(page, tmp_path))
 
 
 def test_the_user_guide_has_code() -> None:

@@ -1,4 +1,4 @@
-"""The Makefile's progress lines (scripts/timed) and the demo's own venv (issue 19)."""
+"""The Makefile's progress lines (scripts/timed), the demo's venvs (issues 19, 25)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,25 @@ def test_make_test_runs_each_long_step_under_timed() -> None:
     assert 'examples/nnx_toy_examples' in long_steps[-1]  # the last step is pytest's
 
 
-def test_make_demo_installs_only_the_demo_requirements_in_its_own_venv() -> None:
+def test_make_demo_installs_only_the_demo_requirements_in_its_own_venvs() -> None:
     lines = recipe_lines('demo')
     installs = [line for line in lines if 'pip install' in line]
-    assert installs and all(line.startswith('.venv-demo/') or '.venv-demo/bin/' in line
-                            for line in installs), installs
+    ours = [line for line in installs if '.venv-demo/bin/python -m pip install' in line]
+    vanilla = [line for line in installs
+               if '.venv-demo-vanilla/bin/python -m pip install' in line]
+    assert ours and vanilla and len(ours) + len(vanilla) == len(installs), installs
     assert not any('requirements/test.txt' in line or 'upstream-tests' in line
                    for line in lines), lines
-    assert any('-r requirements/demo.txt' in line for line in installs)
+    assert all('-r requirements/demo.txt' in line for line in (ours[0], *vanilla))
+    # Vanilla's side: the registry's flax, every other package pinned to ours.
+    (vanilla_install,) = vanilla
+    assert '"flax==$flax"' in vanilla_install and '-c .venv-demo-vanilla/' in vanilla_install
+    assert 'pip freeze --exclude flax' in ' '.join(lines)
+    assert lines[-1].startswith('.venv-demo/bin/python examples/compare.py --vanilla '
+                                '.venv-demo-vanilla/bin/python')
+
+
+def test_make_clean_removes_every_venv_and_build() -> None:
+    (line,) = recipe_lines('clean')
+    assert line.split() == ['rm', '-rf', 'build', 'dist', '.venv', '.venv-demo',
+                            '.venv-demo-vanilla']

@@ -32,3 +32,18 @@ def test_ci_runs_exactly_the_readme_command() -> None:
     ci_run = (REPO_ROOT / '.ci' / 'run').read_text()
     assert [line for line in ci_run.splitlines() if line and not line.startswith(('#', 'set ', 'cd '))] == [command]
     assert f'run: {command}' in (REPO_ROOT / '.github/workflows/ci.yml').read_text()
+
+
+def test_the_tpu_workflow_is_described_as_what_it_is() -> None:
+    """Written for a self-hosted TPU runner, never run: no schedule that would
+    queue runs for a runner nobody attached, and the README's steps give the
+    workflow's own runner label."""
+    workflow = (REPO_ROOT / '.github' / 'workflows' / 'tpu.yml').read_text()
+    active = '\n'.join(line for line in workflow.splitlines() if not line.startswith('#'))
+    assert 'runs-on: [self-hosted, "${{ inputs.runner-label || \'tpu\' }}"]' in active
+    assert 'default: tpu' in active and 'schedule:' not in active
+    readme = ' '.join((REPO_ROOT / 'README.md').read_text().split())
+    section = readme[readme.index('### The TPU workflow'):readme.index('## Install')]
+    assert 'never run' in section and '--labels tpu' in section
+    assert 'PYTHON: python3' in section and 'PYTHON: python3' in active
+    assert 'runs the sharding tests on real TPU chips' not in readme
