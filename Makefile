@@ -5,6 +5,8 @@
 #               then examples/scan_over_layers.py
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
+#   make oracle-long  the compatibility oracle on 1,000 fresh random programs
+#               (ORACLE_EXAMPLES=N to change; nightly and before a release)
 # PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks.
 # Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
 # `== HH:MM:SS <step>: done in 1 min 5 s` after, then pytest's summary line
@@ -21,9 +23,9 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
 
 .PHONY: test demo bench check install demo-install venv our-tests upstream-tests \
-	upstream-tree upstream-suite upstream-examples clean
+	upstream-tree upstream-suite upstream-examples oracle-self-check oracle-long clean
 
-test: install check our-tests upstream-tests
+test: install check our-tests oracle-self-check upstream-tests
 
 demo: demo-install
 	$(DEMO_PY) examples/scan_over_layers.py
@@ -72,6 +74,23 @@ check: venv
 our-tests: install
 	$(TIMED) 'our suite: tests/ on $(WORKERS) workers' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 tests
+
+# The oracle's self-check: vanilla judged as ours must fail exactly the
+# checks of intended differences (tests/oracle/test_oracle.py), so the oracle
+# can tell the two flaxes apart. One pytest process: it prints the families
+# its random programs reached.
+oracle-self-check: install
+	ORACLE_OURS=vanilla $(TIMED) 'oracle self-check: vanilla judged as ours' \
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx --durations=5 tests/oracle
+
+# Fresh random programs (no derandomize), every failing one collected into
+# build/oracle-findings.jsonl (docs/design.md, "The oracle").
+ORACLE_EXAMPLES ?= 1000
+oracle-long: install
+	ORACLE_RANDOM=1 ORACLE_EXAMPLES=$(ORACLE_EXAMPLES) $(TIMED) \
+		'oracle: $(ORACLE_EXAMPLES) fresh random programs, vanilla vs ours' \
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx \
+		tests/oracle/test_oracle.py -k 'random_programs or loaded'
 
 # Upstream's tests and examples run from the patched tree with flax/ removed,
 # so that only the installed wheel can be imported, in pytest processes of
