@@ -176,6 +176,8 @@ class Comparison:
                     oe = o['made'][path]
                     for field in ('type', 'dtype', 'shape', 'digest', 'sharding',
                                   'metadata_keys'):
+                        if field == 'sharding' and self.mirror_check(path):
+                            continue
                         if ve[field] != oe[field]:
                             self.add('compat', f'made {path}.{field}: ours {oe[field]}, '
                                                f'vanilla {ve[field]}')
@@ -194,14 +196,40 @@ class Comparison:
             intended = path in wrong_v or want_o[path] != want_v[path]
             self.add('intended' if intended else 'compat', f'ours {problem}')
 
+    @staticmethod
+    def mirrored(report: Report, path: str) -> str | None:
+        """The parameter a made Variable mirrors: same path tail, same shape."""
+        params, entry = report['after_apply'], report['apply']['made'][path]
+        return next((p for p, pe in params.items() if (path == p or path.endswith('/' + p))
+                     and pe['shape'] == entry['shape']), None)
+
+    def mirror_check(self, path: str) -> bool:
+        """Optimizer state made in a body is sharded like its parameter (I4).
+
+        Returns whether the leaf was judged so (then it is not compared with
+        vanilla's, whose state may not follow its parameter: #5112).
+        """
+        v, o = self.vanilla, self.ours
+        if self.program.apply.wrap != 'optimizer' or 'after_apply' not in v:
+            return False
+        param = self.mirrored(o, path)
+        if param is None:
+            return False
+        sharding = lambda r: r['apply']['made'][path]['sharding']  # noqa: E731
+        vanilla_ok = sharding(v) == v['after_apply'][param]['sharding']
+        if sharding(o) != o['after_apply'][param]['sharding']:
+            self.add('compat' if vanilla_ok else 'intended',
+                     f'ours made {path}: {sharding(o)} but its parameter {param} is '
+                     f'{o["after_apply"][param]["sharding"]}')
+        return True
+
     def made_expected(self, report: Report, name: Any) -> dict[str, Any]:
         """Per made path: the metadata of the parameter it mirrors, ``name`` at the axis."""
         params = report['after_apply']
         leaves = {leaf.name: leaf for leaf in self.program.leaves}
         out = {}
-        for path, entry in report['apply']['made'].items():
-            param = next((p for p, pe in params.items() if (path == p or path.endswith('/' + p))
-                          and pe['shape'] == entry['shape']), None)
+        for path in report['apply']['made']:
+            param = self.mirrored(report, path)
             if param is None:
                 continue
             want = dict(params[param]['metadata'])
@@ -357,4 +385,70 @@ def compare_scenario(program: Program, vanilla: Report, ours: Report) -> list[Di
                           f'{path}.out_sharding: ours {po["out_sharding"]} expected {want}'))
     if v.get('losses') != o.get('losses'):
         found.append(('compat', f'losses: ours {o.get("losses")}, vanilla {v.get("losses")}'))
+    return found
+
+
+def is_fixed(program: Program, vanilla: Report) -> bool:
+    """Vanilla fails with the #5112 family where ours must run (a fixed program)."""
+    if vanilla['outcome'] == 'ok':
+        return False
+    comparison = Comparison(program, vanilla, vanilla)
+    ours_should_run = comparison.expect_o is None or apply_axis_entry(program, comparison.expect_o)
+    return ours_should_run and (bool(FAMILY.search(vanilla['outcome']))
+                                or 'Expected to remove' in vanilla['outcome'])
+
+
+def _entries(spec: dict[str, Any] | None) -> Any:
+    return None if spec is None else spec['entries']
+
+
+def compare_with_workaround(reference: Report, ours: Report) -> list[Divergence]:
+    """Ours against vanilla running the program with the documented workaround.
+
+    Values, array shardings, losses, consumers' specs and the ``out_sharding``
+    entries must be equal; the spec's type may differ (vanilla makes a tuple)
+    and so may ``optimizer_sharding`` (vanilla's workaround leaves it
+    per-layer). Tagged ``intended``: vanilla without the workaround differs.
+    """
+    if reference['outcome'] != 'ok':
+        return [('intended', f'vanilla with the workaround failed at '
+                             f'{reference.get("failed_stage")}: {reference["outcome"]}')]
+    if ours['outcome'] != 'ok':
+        return [('intended', f'ours failed where vanilla with the workaround ran: '
+                             f'{ours["outcome"]}')]
+    found: list[Divergence] = []
+
+    def differ(what: str, mine: Any, theirs: Any) -> None:
+        if mine != theirs:
+            found.append(('intended', f'{what}: ours {mine}, vanilla+workaround {theirs}'))
+
+    for key in ('variables', 'after_apply', 'after_train', 'eval_shape'):
+        r, o = reference.get(key), ours.get(key)
+        if r is None or o is None:
+            differ(f'{key} present', o is not None, r is not None)
+            continue
+        differ(f'{key} paths', sorted(o), sorted(r))
+        for path in set(r) & set(o):
+            for field in ('type', 'dtype', 'shape', 'digest', 'sharding', 'metadata_keys'):
+                if field in r[path]:
+                    differ(f'{key} {path}.{field}', o[path].get(field), r[path][field])
+            differ(f'{key} {path}.out_sharding', _entries(o[path]['metadata']['out_sharding']),
+                   _entries(r[path]['metadata']['out_sharding']))
+    for key in ('partition_spec', 'named_sharding', 'abstract', 'losses'):
+        if key in reference or key in ours:
+            differ(key, ours.get(key), reference.get(key))
+    for key in ('optimizer', 'optimizer_after_train'):
+        if key in reference or key in ours:
+            strip = lambda leaves: {p: {f: leaf[f] for f in ('shape', 'digest', 'sharding')}  # noqa: E731
+                                    for p, leaf in (leaves or {}).items()}
+            differ(key, strip(ours.get(key)), strip(reference.get(key)))
+    r, o = reference.get('apply'), ours.get('apply')
+    if r is not None and o is not None:
+        differ('apply output', o['output'], r['output'])
+        differ('apply traces', o['traces'], r['traces'])
+        if 'made' in r or 'made' in o:
+            strip = lambda made: {p: (e['digest'], e['sharding'],  # noqa: E731
+                                      _entries(e['metadata']['out_sharding']))
+                                  for p, e in (made or {}).items()}
+            differ('made', strip(o.get('made')), strip(r.get('made')))
     return found

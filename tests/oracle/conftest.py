@@ -85,6 +85,11 @@ class Pair:
         self.ours.send(program)
         return self.vanilla.receive(), self.ours.receive()
 
+    def run_vanilla(self, program: Program) -> dict[str, Any]:
+        """Vanilla alone runs ``program`` (the workaround's reference)."""
+        self.vanilla.send(program)
+        return self.vanilla.receive()
+
     def stderr(self) -> str:
         """Both workers' stderr of the last program, for a failure message."""
         return ''.join(f'\n--- {w.name} worker stderr ---\n{tail}'
