@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 Report = dict[str, Any]
 Check = Callable[[Report], list[str]]
-MODULES = ('transforms', 'optimizer', 'bridge', 'errors', 'migration')
+MODULES = ('transforms', 'optimizer', 'bridge', 'errors', 'migration', 'readme')
 
 
 @dataclasses.dataclass(frozen=True)
