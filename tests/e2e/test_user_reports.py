@@ -1,7 +1,8 @@
 """The reports from google/flax#5112, end to end on the installed flax.
 
-Every test here fails on vanilla flax 0.12.12 (see test_side_by_side.py for
-the same scenarios run under both).
+Every test here fails on vanilla flax 0.12.12: tests/oracle/test_readme.py
+runs this file under vanilla and requires that (test_side_by_side.py runs the
+same scenarios under both).
 """
 
 from __future__ import annotations
