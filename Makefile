@@ -90,7 +90,8 @@ oracle-long: install
 	ORACLE_RANDOM=1 ORACLE_EXAMPLES=$(ORACLE_EXAMPLES) $(TIMED) \
 		'oracle: $(ORACLE_EXAMPLES) fresh random programs, vanilla vs ours' \
 		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx \
-		tests/oracle/test_oracle.py -k 'random_programs or loaded'
+		tests/oracle/test_oracle.py tests/oracle/test_readme.py \
+		-k 'random_programs or loaded or user_reports'
 
 # Upstream's tests and examples run from the patched tree with flax/ removed,
 # so that only the installed wheel can be imported, in pytest processes of
