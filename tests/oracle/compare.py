@@ -33,10 +33,14 @@ FAMILY = re.compile(
     r'|^ValueError: Sharding spec .* implies that array axis \d+ is partitioned \d+ times, '
     r'but does not evenly divide the dimension'
     r'|^ValueError: Length of sharding\.spec '
+    r'|^ValueError: One of with_sharding_constraint arguments is incompatible with its '
+    r'sharding annotation .* is only valid for values of rank at least \d+, but was '
+    r'applied to a value of rank \d+'
     r'|^IndexError: pop index out of range$'
     r'|^ValueError: pytree structure error: different pytree metadata at key path')
 SPEC_IN_MESSAGE = re.compile(r"(P|PartitionSpec)?\([^()]*\)|\[[^\[\]]*\]")
 FOUND_IN_MESSAGE = re.compile(r"found [^ ,.]+")
+REMOVE_MESSAGE = re.compile(r" from .*, but found .*$")  # vanilla's 'Expected to remove'
 STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
           'optimizer', 'train_step')
 
@@ -69,6 +73,18 @@ class Comparison:
     def any_intended(self) -> bool:
         return self.expect_v is not None and self.expect_v != self.expect_o
 
+    def stale_override(self) -> bool:
+        """An ``optimizer_sharding`` the model leaves per-layer under a stack (I3).
+
+        A named transform leaves a declared ``optimizer_sharding`` as vanilla
+        does, so the optimizer may fail on it on both flaxes alike.
+        """
+        if self.expect_o is None:
+            return False
+        return any(leaf.optimizer_spec is not None and self.program.stacks
+                   and self.expect_o[leaf.name]['optimizer_sharding'] == leaf.optimizer_spec.to_json()
+                   for leaf in self.program.leaves)
+
     def outcome(self, report: Report) -> tuple[str, str, str]:
         """Exception type, stage and first message line.
 
@@ -77,6 +93,7 @@ class Comparison:
         """
         message = report.get('message', report['outcome'])
         if self.any_intended():
+            message = REMOVE_MESSAGE.sub(' from <spec>, but found <entry>', message)
             message = SPEC_IN_MESSAGE.sub('<spec>', message)
             message = FOUND_IN_MESSAGE.sub('found <entry>', message)
         return report['error_type'], report['failed_stage'], message
@@ -97,7 +114,10 @@ class Comparison:
             message = v['outcome']
             family = bool(FAMILY.search(message)) or (
                 ours_should_run and 'Expected to remove' in message)
-            if family and ours_should_run:
+            if family and ours_should_run and self.stale_override() \
+                    and self.outcome(o) == self.outcome(v):
+                pass  # a named stack leaves optimizer_sharding per-layer, on both
+            elif family and ours_should_run:
                 if o['outcome'] != 'ok':
                     self.add('intended', f'vanilla failed at {v["failed_stage"]} ({message}); '
                                          f'ours must run but failed at {o.get("failed_stage")}: '
@@ -235,9 +255,10 @@ class Comparison:
             want = dict(params[param]['metadata'])
             if name != DEFAULT and param in leaves:
                 axis = outer_axis(self.program, leaves[param])
+                rank = len(params[param]['shape'])
                 for field in ('out_sharding', 'optimizer_sharding'):
-                    spec = want[field]
-                    if spec and spec['entries'] and axis < len(spec['entries']):
+                    spec = want[field]  # only a field that holds the stacked entry
+                    if spec and len(spec['entries']) == rank:
                         entries = list(spec['entries'])
                         entries[axis] = name
                         want[field] = {'type': spec['type'], 'entries': entries}

@@ -84,11 +84,19 @@ ROWS += [
     for mode, stack in (('graph', DEFAULT), ('graph', 'a'), ('tree', DEFAULT))
 ]
 # Found by the oracle (series v4): nnx.Optimizer built inside nnx.vmap on an
-# Explicit mesh, for a Param with no sharding metadata at all.
+# Explicit mesh, for a Param with no sharding metadata at all (ours raised
+# `is_fully_addressable is not implemented for AbstractMesh`); a copy or
+# optimizer state made in a tree-mode body over a named stack (ours gave it
+# None at the axis, vanilla and I2 the stack's name).
 ROWS += [
     Program('made in body: optimizer under vmap, Param without metadata, explicit mesh',
             (Leaf('w', (8,), None),), (vmap(),), mesh='explicit',
             apply=Apply('vmap', DEFAULT, 'graph', 'optimizer')),
+] + [
+    Program(f'made in body: {wrap} under default tree-mode vmap over a named stack',
+            (leaf('list', None, 'b'),), (vmap('a'),), mesh='none',
+            apply=Apply('vmap', DEFAULT, 'tree', wrap))
+    for wrap in ('clone', 'optimizer')
 ]
 
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
