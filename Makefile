@@ -6,6 +6,8 @@
 #               .venv-demo-vanilla and .venv-demo (requirements/demo.txt)
 #   make check  the patch-queue invariants (strict apply, no-op export, ...)
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
+#   make oracle-long  the compatibility oracle on 1,000 fresh random programs
+#               (ORACLE_EXAMPLES=N to change; nightly and before a release)
 #   make clean  remove build/, dist/ and the venvs
 # PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks;
 # scripts/venv makes each venv anew when the pick changes.
@@ -25,10 +27,10 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
 
 .PHONY: test demo bench check install demo-install demo-vanilla-install venv demo-venv \
-	our-tests upstream-tests \
-	upstream-tree upstream-suite upstream-examples clean
+	our-tests upstream-tests upstream-tree upstream-suite upstream-examples \
+	oracle-self-check oracle-long clean
 
-test: install check our-tests upstream-tests
+test: install check our-tests oracle-self-check upstream-tests
 
 demo: demo-install demo-vanilla-install
 	$(DEMO_PY) examples/compare.py --vanilla $(DEMO_VANILLA_VENV)/bin/python --ours $(DEMO_PY)
@@ -95,6 +97,24 @@ check: venv
 our-tests: install
 	$(TIMED) 'our suite: tests/ on $(WORKERS) workers' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 tests
+
+# The oracle's self-check: vanilla judged as ours must fail exactly the
+# checks of intended differences (tests/oracle/test_oracle.py), so the oracle
+# can tell the two flaxes apart. One pytest process: it prints the families
+# its random programs reached.
+oracle-self-check: install
+	ORACLE_OURS=vanilla $(TIMED) 'oracle self-check: vanilla judged as ours' \
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx --durations=5 tests/oracle
+
+# Fresh random programs (no derandomize), every failing one collected into
+# build/oracle-findings.jsonl (docs/design.md, "The oracle").
+ORACLE_EXAMPLES ?= 1000
+oracle-long: install
+	ORACLE_RANDOM=1 ORACLE_EXAMPLES=$(ORACLE_EXAMPLES) $(TIMED) \
+		'oracle: $(ORACLE_EXAMPLES) fresh random programs, vanilla vs ours' \
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx \
+		tests/oracle/test_oracle.py tests/oracle/test_readme.py \
+		-k 'random_programs or loaded or user_reports'
 
 # Upstream's tests and examples run from the patched tree with flax/ removed,
 # so that only the installed wheel can be imported, in pytest processes of

@@ -52,6 +52,57 @@ ROWS += [
     for mode in ('graph', 'tree')
 ]
 
+# nnx.pmap (8 simulated CPU devices; pmap cannot run inside jax.set_mesh, so
+# no mesh): create, forward, and bodies that make Variables, graph and tree
+# mode, default and named.
+PMAP = [
+    Program(f'pmap {mode} {name}: create, {kind} {wrap}',
+            (leaf('tuple', None, 'b'), Leaf('v', (8,), None)),
+            (Stack('pmap', 4, 0, stack, mode),),
+            mesh='none', apply=Apply(kind, apply, mode, wrap),
+            consumers=('partition_spec', 'eval_shape'), optimizer='adam')
+    for mode, name, stack, apply in (('graph', 'default', DEFAULT, DEFAULT),
+                                     ('graph', 'named', 'p', 'p'),
+                                     ('tree', 'default', DEFAULT, DEFAULT),
+                                     ('tree', 'named', 'p', 'p'))
+    for kind, wrap in (('pmap', 'none'), ('pmap', 'grad'), ('pmap', 'clone'),
+                       ('pmap', 'optimizer'), ('vmap', 'none'))
+    if mode == 'graph' or wrap in ('none', 'grad')
+]
+ROWS += PMAP
+
+# Bodies that make Variables (I2): a copy, a gradient under nnx.vmap, an
+# optimizer built inside the transform (on an Explicit mesh: the optimizer
+# shards its state eagerly there).
+ROWS += [
+    Program(f'made in body: {wrap} under {kind} {mode}, {stack} stack',
+            (leaf('tuple', None, 'b'),), (vmap(stack),),
+            mesh='explicit' if wrap == 'optimizer' else 'auto',
+            apply=Apply(kind, stack if stack == 'a' else DEFAULT, mode, wrap))
+    for wrap in ('clone', 'grad', 'optimizer')
+    for kind in ('vmap', 'scan')
+    for mode, stack in (('graph', DEFAULT), ('graph', 'a'), ('tree', DEFAULT))
+]
+# Found by the oracle (series v4): nnx.Optimizer built inside nnx.vmap on an
+# Explicit mesh, for a Param with no sharding metadata at all (ours raised
+# `is_fully_addressable is not implemented for AbstractMesh`); a copy or
+# optimizer state made in a tree-mode body over a named stack (ours gave it
+# None at the axis, vanilla and I2 the stack's name).
+ROWS += [
+    Program('made in body: optimizer under vmap, Param without metadata, explicit mesh',
+            (Leaf('w', (8,), None),), (vmap(),), mesh='explicit',
+            apply=Apply('vmap', DEFAULT, 'graph', 'optimizer')),
+] + [
+    Program(f'made in body: {wrap} under default tree-mode vmap over a named stack',
+            (leaf('list', None, 'b'),), (vmap('a'),), mesh='none',
+            apply=Apply('vmap', DEFAULT, 'tree', wrap))
+    for wrap in ('clone', 'optimizer')
+]
+
+# Where the workaround (PARTITION_NAME None on every transform) cannot give the
+# fixed row's program on vanilla: the row, and why.
+WORKAROUND_GAPS: dict[str, str] = {}
+
 SCENARIOS = [
     Program(f'scenario {name} {arguments}', custom=f'scenario:{name}',
             arguments=tuple(sorted(arguments.items())))

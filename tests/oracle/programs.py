@@ -93,6 +93,32 @@ class Program:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
+    def with_workaround(self) -> Program | str:
+        """The program as a vanilla user writes it: ``{nnx.PARTITION_NAME: None}``.
+
+        Every transform given no ``transform_metadata`` gets the documented
+        workaround (a forward pass over a named stack gets that stack's name,
+        which vanilla requires to remove). Returns why not where the workaround
+        cannot express the program: vanilla reads ``transform_metadata`` only in
+        graph mode with graph updates, and a hand-written program has no
+        transform keyword to set.
+        """
+        if self.custom is not None:
+            return 'a hand-written program: no transform to give the workaround'
+        modes = [s.mode for s in self.stacks] + ([self.apply.mode] if self.apply else [])
+        if any(MODES[m] != (True, True) for m in modes):
+            return ('vanilla ignores transform_metadata in tree mode and without graph '
+                    'updates: the workaround cannot be written there')
+        stacks = tuple(dataclasses.replace(s, partition=None) if s.partition == DEFAULT
+                       and s.decorator is None else s for s in self.stacks)
+        apply = self.apply
+        if apply is not None and apply.partition == DEFAULT:
+            outer = stacks[0].partition if stacks else None
+            name = stacks[0].decorator if stacks and stacks[0].decorator else outer
+            apply = dataclasses.replace(apply, partition=None if name == DEFAULT else name)
+        return dataclasses.replace(self, name=f'{self.name} (vanilla workaround)',
+                                   stacks=stacks, apply=apply)
+
 
 def program_from_json(text: str) -> Program:
     d = json.loads(text)

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import traceback
 from typing import Any, Callable, Iterator
@@ -70,14 +71,19 @@ def path_str(path: tuple[Any, ...]) -> str:
 
 
 def describe(tree: Any, values: bool = True) -> dict[str, Any]:
-    """Every Variable: value digest, dtype/shape, array sharding, metadata fields."""
+    """Every Variable (of a graph node or a State): value digest, dtype/shape, array sharding, metadata fields.
+
+    ``metadata_keys`` lists every metadata key, so a key either flax adds shows.
+    """
     out = {}
-    for path, var in nnx.to_flat_state(nnx.state(tree)):
+    state = tree if isinstance(tree, nnx.State) else nnx.state(tree)
+    for path, var in nnx.to_flat_state(state):
         value = var.get_value()
         metadata = var.get_metadata()
         entry = {'type': type(var).__name__, 'dtype': str(value.dtype),
                  'shape': list(value.shape),
-                 'metadata': {f: jsonable_spec(metadata.get(f)) for f in FIELDS}}
+                 'metadata': {f: jsonable_spec(metadata.get(f)) for f in FIELDS},
+                 'metadata_keys': sorted(metadata)}
         if values:
             entry['digest'] = digest(value)
             entry['sharding'] = sharding_of(value)
@@ -140,6 +146,8 @@ def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
         layer = nnx.transform_metadata(layer, in_axes=0, out_axes=0, partition=stack.decorator)
     if stack.kind == 'vmap':
         return nnx.vmap(layer, in_axes=0, out_axes=stack.axis, **kwargs)(xs)
+    if stack.kind == 'pmap':
+        return nnx.pmap(layer, in_axes=0, out_axes=0, **kwargs)(xs)
     return nnx.scan(lambda c, x: (c, layer(x)), in_axes=(nnx.Carry, 0),
                     out_axes=(nnx.Carry, 0), **kwargs)(jnp.zeros(()), xs)[1]
 
@@ -166,7 +174,18 @@ def run_apply(program: Program, apply: Apply, model: Layer,
         traces.append(None)
         return m(x)
 
-    def body(m: Layer, shared: Layer, x: jax.Array) -> jax.Array:
+    def made_in_body(m: Layer, x: jax.Array) -> nnx.State:
+        """Variables the body makes: a copy, a gradient, an optimizer's state."""
+        if apply.wrap == 'clone':
+            return nnx.state(nnx.clone(m))
+        if apply.wrap == 'grad':
+            return nnx.grad(lambda m: jnp.sum(m(x)))(m)
+        optimizer = nnx.Optimizer(m, optax.adam(1e-2), wrt=nnx.Param)
+        return nnx.state(optimizer, nnx.OptState)
+
+    makes = apply.wrap in ('clone', 'grad', 'optimizer')
+
+    def body(m: Layer, shared: Layer, x: jax.Array) -> Any:
         if apply.wrap == 'remat':
             return nnx.remat(forward)(m, x)
         if apply.wrap == 'cond':
@@ -178,15 +197,24 @@ def run_apply(program: Program, apply: Apply, model: Layer,
         if apply.wrap == 'jit':  # one jitted function inside and outside
             forward(m, x)
             return jitted(m, x)
+        if makes:
+            return forward(m, x), made_in_body(m, x)
         return forward(m, x)
 
-    def call(m: Layer, x: jax.Array) -> jax.Array:
-        if apply.kind == 'vmap':
-            return nnx.vmap(body, in_axes=(axes, None, None), out_axes=0,
-                            **kwargs)(m, shared, x)
-        return nnx.scan(lambda c, m, s: (body(m, s, c), c),
-                        in_axes=(nnx.Carry, axes, None),
-                        out_axes=(nnx.Carry, 0), **kwargs)(x, m, shared)[0]
+    def call(m: Layer, x: jax.Array) -> Any:
+        out_axes: Any = (0, axis) if makes else 0
+        if apply.kind in ('vmap', 'pmap'):
+            transform = nnx.vmap if apply.kind == 'vmap' else nnx.pmap
+            return transform(body, in_axes=(axes, None, None), out_axes=out_axes,
+                             **kwargs)(m, shared, x)
+
+        def step(c: jax.Array, m: Layer, s: Layer) -> Any:
+            out = body(m, s, c)
+            return out if makes else (out, c)
+
+        out = nnx.scan(step, in_axes=(nnx.Carry, axes, None),
+                       out_axes=(nnx.Carry, 0), **kwargs)(x, m, shared)
+        return out if makes else out[0]
 
     x = jnp.ones(())
     if apply.wrap == 'jit':
@@ -198,7 +226,12 @@ def run_apply(program: Program, apply: Apply, model: Layer,
                             in_specs=(P(), P()), out_specs=P())(state, x)
     else:
         out = call(model, x)
-    return {'output': digest(out), 'inside': inside[:1], 'traces': len(traces)}
+    report = {'inside': inside[:1], 'traces': len(traces)}
+    if makes:
+        out, made = out
+        report['made'] = describe(made)
+    report['output'] = digest(out)
+    return report
 
 
 # Consumers -------------------------------------------------------------------
@@ -300,6 +333,14 @@ CUSTOM: dict[str, Callable[[Program], nnx.Module]] = {
 
 # Running ---------------------------------------------------------------------
 
+def first_line(e: BaseException) -> str:
+    """An exception's first message line, object addresses and file paths removed."""
+    lines = str(e).strip().splitlines()
+    line = lines[0] if lines else ''
+    line = re.sub(r' at 0x[0-9a-f]+', '', line)
+    return re.sub(r'(/[^\s:\'"]+)+\.py', '<file>.py', line)
+
+
 @contextlib.contextmanager
 def program_context(program: Program) -> Iterator[jax.sharding.Mesh | None]:
     with contextlib.ExitStack() as stack:
@@ -347,7 +388,8 @@ def run_program(program: Program) -> Report:
                 before = None
             run_consumers(program, model, init, mesh, report, stage)
     except Exception as e:  # noqa: BLE001 -- the outcome is the report
-        report['outcome'] = f'{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ""}'
+        report['message'] = first_line(e)
+        report['outcome'] = f'{type(e).__name__}: {report["message"]}'
         report['error_type'] = type(e).__name__
         report['failed_stage'] = stage[0]
         report['traceback'] = traceback.format_exc(limit=-4)[-2000:]
@@ -357,8 +399,12 @@ def run_program(program: Program) -> Report:
 
 
 def main() -> None:
+    import flax
     out = sys.stdout
     sys.stdout = sys.stderr  # flax or jax printing must not break the protocol
+    out.write(json.dumps({'flax_version': flax.__version__, 'flax_file': flax.__file__,
+                          'devices': jax.device_count()}) + '\n')
+    out.flush()
     for line in sys.stdin:
         if not line.strip():
             continue

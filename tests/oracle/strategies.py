@@ -9,12 +9,17 @@ from tests.oracle.programs import DEFAULT, MODES, RULES, Apply, Leaf, Program, S
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
 FORMS = ('tuple', 'list', 'pspec')
+WRAPS = ('clone', 'grad', 'optimizer')  # bodies that make Variables
+FOCUS = ('free', 'pmap', 'decorator', *WRAPS, 'free')
 
 
 @st.composite
 def programs(draw: st.DrawFn) -> Program:
-    mesh = draw(st.sampled_from(['none', 'auto', 'explicit']))
-    logical = draw(st.sampled_from(['no', 'context', 'local']))
+    # A focus makes sure the few examples CI runs reach each patched path.
+    focus = draw(st.sampled_from(FOCUS))
+    mesh = 'none' if focus == 'pmap' else draw(st.sampled_from(['none', 'auto', 'explicit']))
+    # Variable-local rules do not resolve under jax.sharding.reshard (Explicit)
+    logical = draw(st.sampled_from(['no', 'context'] + (['local'] if mesh != 'explicit' else [])))
     free = {'a', 'b'}  # mesh axes not used yet: each at most once per spec
 
     def entry() -> object:
@@ -49,7 +54,7 @@ def programs(draw: st.DrawFn) -> Program:
             if isinstance(e, str)} | {a for l in leaves if l.spec for e in l.spec.entries
                                       if isinstance(e, tuple) for a in e}
     stacks = []
-    depth = draw(st.integers(0, 2))
+    depth = draw(st.integers(1, 2))  # every program builds a stack
     min_rank = min(len(l.shape) for l in leaves)
     for level in range(depth):
         size = draw(st.sampled_from([1, 2, 4]))
@@ -61,13 +66,21 @@ def programs(draw: st.DrawFn) -> Program:
         partition = draw(st.sampled_from(names))
         if isinstance(partition, str) and partition != DEFAULT:
             used.add(partition)
-        kind = draw(st.sampled_from(['vmap', 'scan']))
-        mode = draw(st.sampled_from(sorted(MODES)))
+        # nnx.pmap needs devices, not a mesh context (jax.set_mesh rejects it):
+        # the outermost stack of a mesh-less program, mapped at axis 0
+        kinds = ['vmap', 'scan'] + (['pmap'] if mesh == 'none' and level == 0 else [])
+        kind = 'pmap' if focus == 'pmap' and level == 0 else draw(st.sampled_from(kinds))
+        if focus == 'decorator' and level == 0:
+            kind, partition = 'vmap', DEFAULT
+        mode = 'graph' if focus == 'decorator' else draw(st.sampled_from(sorted(MODES)))
         rank_after = min_rank + depth - level
         axis = draw(st.integers(-rank_after, rank_after - 1)) if kind == 'vmap' else 0
+        if focus == 'optimizer' and level == 0:
+            axis = 0  # the optimizer's scalar count comes out at the mapped axis
         decorator = None
-        if (kind == 'vmap' and mode == 'graph' and axis == 0 and partition == DEFAULT
-                and draw(st.booleans())):
+        if (kind == 'vmap' and mode == 'graph' and partition == DEFAULT
+                and (focus == 'decorator' or draw(st.booleans()))):
+            axis = 0  # the decorator stacks at axis 0
             decorator = draw(st.sampled_from([None] + [a for a in sorted(MESH_SIZES) if a not in
                                                        used and size % MESH_SIZES[a] == 0]))
             if decorator:
@@ -76,13 +89,16 @@ def programs(draw: st.DrawFn) -> Program:
             if mesh != 'none' and decorator == 'dec':
                 decorator = None  # an unknown mesh axis would fail both flaxes
         extra = partition != DEFAULT and draw(st.booleans())
-        stacks.append(Stack(kind, size, axis, partition, mode, extra,
-                            decorator if decorator is not None else None))
-    stacks_t = tuple(s for s in stacks if s.decorator is not None or True)
+        stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator))
     apply = None
-    if stacks_t and draw(st.booleans()):
-        outer = stacks_t[0]
-        kind = draw(st.sampled_from(['vmap', 'scan'] if outer.axis == 0 else ['vmap']))
+    if focus in WRAPS or draw(st.integers(0, 3)) > 0:  # a forward pass, most of the time
+        outer = stacks[0]
+        kinds = ['vmap', 'scan'] if outer.axis == 0 else ['vmap']
+        if outer.kind == 'pmap':
+            kinds = ['pmap', 'vmap']
+        kind = draw(st.sampled_from(kinds))
+        if focus == 'grad':
+            kind = 'vmap'  # nnx.grad under nnx.vmap
         partitions: list[object] = [DEFAULT, 'layers']
         if outer.partition not in (DEFAULT, None):
             partitions.append(outer.partition)
@@ -91,11 +107,14 @@ def programs(draw: st.DrawFn) -> Program:
         if any(l.spec is not None and not l.spec.entries for l in leaves):
             partitions = [DEFAULT]
         mode = draw(st.sampled_from(sorted(MODES)))
-        apply = Apply(kind, draw(st.sampled_from(partitions)), mode,
-                      draw(st.sampled_from(['none', 'remat', 'cond'] + (
-                          ['tree_map', 'update', 'jit'] if depth == 1 else []))),
+        wraps = ['none', 'remat', 'cond', *(w for w in WRAPS if w != 'optimizer' or outer.axis == 0)]
+        if depth == 1:
+            wraps += ['tree_map', 'update', 'jit']
+        wrap = focus if focus in WRAPS else draw(st.sampled_from(wraps))
+        apply = Apply(kind, draw(st.sampled_from(partitions)), mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
-                      shard_map=mesh != 'none' and draw(st.booleans()))
+                      # replicated in_specs: arrays sharded on Explicit meshes are rejected
+                      shard_map=mesh == 'auto' and draw(st.booleans()))
     consumers = ['partition_spec', 'eval_shape']
     if mesh != 'none':
         consumers += ['named_sharding', 'abstract']
@@ -103,5 +122,37 @@ def programs(draw: st.DrawFn) -> Program:
     optimizer = draw(st.sampled_from([None, 'adam', 'sgd', 'adafactor']))
     if optimizer and draw(st.booleans()):
         chosen += ('train_step',)
-    return Program('hypothesis', tuple(leaves), stacks_t, mesh, logical == 'context',
+    return Program('hypothesis', tuple(leaves), tuple(stacks), mesh, logical == 'context',
                    apply, chosen, optimizer)
+
+
+def families(program: Program) -> list[str]:
+    """The code paths a program reaches, for the drawn set's counts."""
+    found = ['stack'] if program.stacks else []
+    found += [f'stack:{s.kind}' for s in program.stacks]
+    found += [f'mode:{s.mode}' for s in program.stacks]
+    if any(s.decorator is not None for s in program.stacks):
+        found.append('decorator')
+    if any(s.partition not in (DEFAULT, None) for s in program.stacks):
+        found.append('named stack')
+    if program.apply is not None:
+        a = program.apply
+        found += ['forward', f'forward:{a.kind}']
+        found += {'clone': ['copy (nnx.clone)'], 'optimizer': ['optimizer in transform'],
+                  'grad': ['grad under vmap' if a.kind == 'vmap' else f'grad under {a.kind}']
+                  }.get(a.wrap, [f'body:{a.wrap}'])
+        if a.shard_map:
+            found.append('shard_map')
+    if 'pmap' in {s.kind for s in program.stacks} | {getattr(program.apply, 'kind', None)}:
+        found.append('pmap')
+    found.append(f'mesh:{program.mesh}')
+    if program.optimizer:
+        found.append('optimizer')
+    if 'train_step' in program.consumers:
+        found.append('train_step')
+    return found
+
+
+# What the CI examples must reach (tests/oracle/test_oracle.py asserts it).
+REQUIRED = ('stack', 'decorator', 'forward', 'copy (nnx.clone)', 'grad under vmap',
+            'optimizer in transform', 'pmap')

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -566,6 +567,54 @@ def test_differs_from_vanilla_only_by_the_fix(ours: dict[str, Outcome],
     assert vanilla['8_name_on_unnamed_stack'] == {'raised': 'ValueError', 'message': (
         "Expected to remove 'layers' at index 0 from ('tensor', 'fsdp'), "
         "but found 'tensor'. [after: ('tensor', 'fsdp')]")}
+
+
+# docs/bad-inputs.md quotes exceptions (in ``text`` blocks and in backticks):
+# each one, its fragments between ``...``, must be the outcome of a case on
+# vanilla or ours (a quoted note: one of ours' PEP 678 notes).
+EXCEPTION = re.compile(r'^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.*)$')
+
+
+def quoted_exceptions(text: str) -> list[tuple[str, str]]:
+    """Exceptions docs/bad-inputs.md quotes: in ``text`` blocks and in backticks."""
+    quoted: list[tuple[str, str]] = []
+    for block in re.findall(r'```text\n(.*?)```', text, re.S):
+        current: list[str] | None = None
+        for line in block.splitlines():
+            m = EXCEPTION.match(line)
+            if m:
+                current = [m.group(1), m.group(2)]
+                quoted.append(current)  # type: ignore[arg-type]
+            elif current is not None and line.strip():
+                current[1] += ' ' + line.strip()
+            else:
+                current = None
+    for span in re.findall(r'`([^`]+)`', re.sub(r'```.*?```', '', text, flags=re.S)):
+        m = EXCEPTION.match(span)
+        if m:
+            quoted.append([m.group(1), m.group(2)])  # type: ignore[arg-type]
+    return [(kind, message) for kind, message in quoted]
+
+
+
+def test_doc_quotes_real_outcomes(ours: dict[str, Outcome],
+                                  vanilla: dict[str, Outcome]) -> None:
+    text = (REPO_ROOT / 'docs' / 'bad-inputs.md').read_text()
+    quoted = quoted_exceptions(text)
+    assert len(quoted) >= 5, quoted
+    notes = lambda o: o.get('notes') if isinstance(o.get('notes'), str) else ' '.join(  # noqa: E731
+        o.get('notes', []))
+    raised = [(o['raised'], f'{o["message"]} {notes(o)}')
+              for outcomes in (vanilla, ours) for o in outcomes.values() if 'raised' in o]
+    flat = lambda s: ' '.join(s.split())  # noqa: E731
+    missing = []
+    for kind, message in quoted:
+        fragments = [flat(f).strip(' ,.():') for f in message.split('...')]
+        fragments = [f for f in fragments if len(f) > 3]
+        if not any(kind == got and all(f in flat(text_) for f in fragments)
+                   for got, text_ in raised):
+            missing.append(f'{kind}: {message}')
+    assert not missing, 'docs/bad-inputs.md quotes outcomes no case gives:\n' + '\n'.join(missing)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Issue 18's optimizer rows and the mirror rule (DESIGN.md I4).
+"""Issue 18's optimizer rows and the mirror rule (docs/design.md, I4).
 
 A state leaf that mirrors a parameter (same shape, e.g. Adam's ``mu``) gets
 that parameter array's sharding and its sharding metadata as declared; where
