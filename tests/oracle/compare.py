@@ -96,7 +96,8 @@ class Comparison:
         message = report.get('message', report['outcome'])
         if self.any_intended():
             message = REMOVE_MESSAGE.sub(' from <spec>, but found <entry>', message)
-            message = SPEC_IN_MESSAGE.sub('<spec>', message)
+            while SPEC_IN_MESSAGE.search(message):  # nested specs, innermost first
+                message = SPEC_IN_MESSAGE.sub('<spec>', message)
             message = re.sub(r'array axis \d+', 'array axis <n>', message)
             message = FOUND_IN_MESSAGE.sub('found <entry>', message)
         return report['error_type'], report['failed_stage'], message
