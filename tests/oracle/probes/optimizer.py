@@ -274,24 +274,47 @@ def row4_short_optimizer_sharding_note_names_the_variable() -> Report:
     return {'notes': '\n'.join(getattr(short_optimizer_sharding(), '__notes__', []))}
 
 
-# Issue 23 row 1: the state gets the parameter's partitioning, not its
-# memory kind: where the metadata shards it, vanilla puts it in device memory.
+# Issue 23 row 1: the state gets the parameter's partitioning, and the memory
+# kind vanilla gives it: Optax's on an Explicit mesh, device on an Auto one.
 @probe()
 def parameter_offloaded_to_pinned_host() -> Report:
     kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
     if 'pinned_host' not in kinds:
         return {'skipped': f'no pinned_host memory: {sorted(kinds)}'}
     out: Report = {}
-    m = mesh()
-    with jax.set_mesh(m):
-        for kind in ('pinned_host', 'device'):
-            model = linear(nnx.Rngs(0))
-            model.kernel.set_value(jax.device_put(model.kernel[...], jax.sharding.NamedSharding(
-                m, jax.P('a', 'b'), memory_kind=kind)))
-            optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
-            mu = optimizer.opt_state[0].mu['kernel'][...]
-            out[kind] = {'kernel': model.kernel[...].sharding.memory_kind,
-                         'mu': mu.sharding.memory_kind, 'mu_spec': sharding(mu)}
+    for axis_type in ('auto', 'explicit'):
+        m = mesh(axis_type)
+        with jax.set_mesh(m):
+            for kind in ('pinned_host', 'device'):
+                model = linear(nnx.Rngs(0))
+                model.kernel.set_value(jax.device_put(
+                    model.kernel[...], jax.sharding.NamedSharding(
+                        m, jax.P('a', 'b'), memory_kind=kind)))
+                optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+                mu = optimizer.opt_state[0].mu['kernel'][...]
+                out[f'{axis_type} {kind}'] = {
+                    'kernel': model.kernel[...].sharding.memory_kind,
+                    'mu': mu.sharding.memory_kind, 'mu_spec': sharding(mu)}
+    return out
+
+
+# An ensemble of optimizers made inside nnx.vmap on an Explicit mesh: the
+# parameters are traced, the zeros Optax makes are not.
+@probe()
+def optimizers_made_in_vmap_explicit() -> Report:
+    out: Report = {}
+    with jax.set_mesh(mesh('explicit')):
+        for graph in (True, False):
+            models = nnx.vmap(lambda rngs: nnx.Linear(
+                4, 8, kernel_init=nnx.with_partitioning(
+                    nnx.initializers.lecun_normal(), (None, 'b')),
+                use_bias=False, rngs=rngs), graph=graph)(nnx.Rngs(0).split(2))
+            optimizers = nnx.vmap(
+                lambda model: nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param),
+                graph=graph)(models)
+            mu = optimizers.opt_state[0].mu['kernel'][...]
+            out[f'graph={graph}'] = {'mu_shape': list(mu.shape),
+                                     'mu_spec': sharding(mu)}
     return out
 
 
