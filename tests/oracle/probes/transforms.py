@@ -507,7 +507,7 @@ def optimizer_sharding_of_named_create() -> Report:
 
 
 # Row 4: nnx.transform_metadata used alone on a stack with another name.
-@probe()
+@probe(raises="ValueError: Expected to remove 'layers'")
 def decorator_alone_on_another_name() -> Report:
     with nnx.use_eager_sharding(False):
         layers = named_stack('data')
