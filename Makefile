@@ -1,6 +1,10 @@
-# The README's commands. `make test` is what CI runs (.ci/run).
-#   make test   venv + our wheel, then `flaxpq check`, our tests, upstream's
-#               tests/ and NNX examples (durations: README.md, "The two commands")
+# The README's commands. `make test-full` is what CI runs (.ci/run).
+#   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
+#               our tests but the slow ones, the oracle's self-check: the
+#               12-minute loop to run often (durations: README.md, "The commands")
+#   make test-full  make test, then upstream's pre-commit hooks, our slow tests
+#               (builds, cold installs, benchmark smoke, MaxText, the demo),
+#               upstream's whole tests/ and the NNX examples
 #   make demo   examples/stacked_optimizer.py on vanilla flax 0.12.12 and on ours,
 #               side by side (examples/compare.py), each in its own venv:
 #               .venv-demo-vanilla and .venv-demo (requirements/demo.txt)
@@ -26,11 +30,13 @@ TIMED := scripts/timed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: test demo bench check install demo-install demo-vanilla-install venv demo-venv \
+.PHONY: test test-full check-hooks slow-tests demo bench check install demo-install demo-vanilla-install venv demo-venv \
 	our-tests upstream-tests upstream-tree upstream-suite upstream-examples \
 	oracle-self-check oracle-long clean
 
-test: install check our-tests oracle-self-check upstream-tests
+test: install check our-tests oracle-self-check
+
+test-full: test check-hooks slow-tests upstream-tests
 
 demo: demo-install demo-vanilla-install
 	$(DEMO_PY) examples/compare.py --vanilla $(DEMO_VANILLA_VENV)/bin/python --ours $(DEMO_PY)
@@ -88,23 +94,36 @@ demo-vanilla-install: demo-install
 	fi
 	mv $(DEMO_PINS).new $(DEMO_PINS)
 
+# make test checks the invariants only; check-hooks (in make test-full) adds
+# upstream's pre-commit hooks, about a minute.
 check: venv
-	$(TIMED) 'flaxpq check: the patch-queue invariants and upstream pre-commit hooks' \
-		$(PY) -m flaxpq check
+	$(TIMED) 'flaxpq check: the patch-queue invariants' $(PY) -m flaxpq check --no-hooks
+
+check-hooks: venv
+	$(TIMED) 'flaxpq check: the invariants and upstream pre-commit hooks' $(PY) -m flaxpq check
 
 # -v: one line per test as it ends (the cold installs take minutes each);
 # --durations: the slowest tests at the end.
+# -m slow: tests that build, install or run a whole program (pyproject.toml).
 our-tests: install
-	$(TIMED) 'our suite: tests/ on $(WORKERS) workers' \
-		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 tests
+	$(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 \
+		-m 'not slow' tests
+
+slow-tests: install
+	$(TIMED) 'our slow tests: builds, cold installs, benchmark smoke, MaxText, the demo' \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 \
+		-m slow tests
 
 # The oracle's self-check: vanilla judged as ours must fail exactly the
 # checks of intended differences (tests/oracle/test_oracle.py), so the oracle
-# can tell the two flaxes apart. One pytest process: it prints the families
-# its random programs reached.
+# can tell the two flaxes apart. On $(WORKERS) workers: the families its
+# random programs reached go through a file to pytest's terminal summary.
 oracle-self-check: install
-	ORACLE_OURS=vanilla $(TIMED) 'oracle self-check: vanilla judged as ours' \
-		$(PY) -m pytest -p no:xdist -p no:cacheprovider -q -rfEsx --durations=5 tests/oracle
+	rm -f build/oracle-families.txt
+	ORACLE_OURS=vanilla ORACLE_FAMILIES=build/oracle-families.txt $(TIMED) \
+		'oracle self-check: vanilla judged as ours, on $(WORKERS) workers' \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx --durations=5 tests/oracle
 
 # Fresh random programs (no derandomize), every failing one collected into
 # build/oracle-findings.jsonl (docs/design.md, "The oracle").

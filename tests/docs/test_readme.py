@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flaxpq.project import REPO_ROOT
 from tests.docs.elide import assert_matches
 
@@ -44,6 +46,7 @@ def test_the_opening_error_is_what_vanilla_prints_for_the_quick_start(
     assert_matches(opening_error, result.stderr, 'the Quick start on vanilla')
 
 
+@pytest.mark.slow
 def test_the_demo_table_is_what_make_demo_prints(vanilla_python: str) -> None:
     """``make demo``'s last step with this venv as ours (``make demo`` adds venvs)."""
     copy = block_after(r'^`make demo` prints', 'text')

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO_ROOT / 'benchmarks'))
 import run as bench  # noqa: E402
 
 
+@pytest.mark.slow
 def test_benchmarks_smoke(vanilla_python: str) -> None:
     """Two jax processes at once, 8 cases each: 88 s at load 8-10 (54 s of CPU)."""
     results = bench.run_smoke(sys.executable, vanilla_python)

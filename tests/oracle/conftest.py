@@ -120,3 +120,11 @@ def oracle(vanilla_flax: Path) -> Iterator[Pair]:
     pair.vanilla.close()
     if pair.ours is not vanilla:
         pair.ours.close()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """Under pytest-xdist, the families the random programs reached, which a
+    worker wrote to ``ORACLE_FAMILIES`` (its own prints are not shown)."""
+    families = os.environ.get('ORACLE_FAMILIES')
+    if families and os.environ.get('PYTEST_XDIST_WORKER') is None and Path(families).exists():
+        terminalreporter.write_line(Path(families).read_text().strip())

@@ -34,6 +34,7 @@ EXAMPLES = int(os.environ.get('ORACLE_EXAMPLES', '50'))
 RANDOM = os.environ.get('ORACLE_RANDOM') == '1'
 COLLECT = RANDOM or os.environ.get('ORACLE_COLLECT') == '1'  # all failures, no shrinking
 FINDINGS = os.environ.get('ORACLE_FINDINGS', 'build/oracle-findings.jsonl')
+FAMILIES = os.environ.get('ORACLE_FAMILIES')  # also written there (pytest-xdist hides prints)
 
 
 def test_each_side_loaded_its_flax(oracle: Pair) -> None:
@@ -150,9 +151,13 @@ def test_random_programs(oracle: Pair, capsys: pytest.CaptureFixture[str]) -> No
 
     run()
     summary = ', '.join(f'{name} {n}' for name, n in sorted(counts.items()))
+    drawn = (f'oracle: {counts["programs"]} random programs drawn (ORACLE_EXAMPLES='
+             f'{EXAMPLES}); families: {summary}')
+    if FAMILIES:
+        Path(FAMILIES).parent.mkdir(parents=True, exist_ok=True)
+        Path(FAMILIES).write_text(drawn + '\n')
     with capsys.disabled():
-        print(f'\noracle: {counts["programs"]} random programs drawn (ORACLE_EXAMPLES='
-              f'{EXAMPLES}); families: {summary}')
+        print('\n' + drawn)
         if COLLECT:
             print(f'oracle: {len(failures)} failing programs, written to {FINDINGS}')
     missing = [family for family in REQUIRED if not counts[family]]

@@ -34,7 +34,8 @@ from tests.realcode import maxtext_scan
 PIN = Project().pin()
 # MaxText 0.2.5 reads Variables through APIs flax 0.12 deprecates ('.value',
 # 'sharding_names', Rngs.fork(split=)); not ours to fix.
-pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
+pytestmark = [pytest.mark.filterwarnings('ignore::DeprecationWarning'),
+              pytest.mark.slow]  # a real client, trained on both flaxes
 CASES = [
     pytest.param({'layers': 4, 'param_scan_axis': 0, 'remat': False}, id='L4-axis0'),
     pytest.param({'layers': 4, 'param_scan_axis': 1, 'remat': True}, id='L4-axis1-remat'),

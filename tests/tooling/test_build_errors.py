@@ -43,6 +43,7 @@ def python_311() -> str | None:
     return found or next(iter(sorted(glob.glob(f'{root}/versions/3.11*/bin/python'))), None)
 
 
+@pytest.mark.slow
 def test_python_older_than_3_12_is_refused_in_one_line(tmp_path: Path) -> None:
     python = python_311()
     if python is None:
@@ -72,6 +73,7 @@ def test_flaxpq_under_python_older_than_3_12_says_so_first(tmp_path: Path) -> No
     assert not (tmp_path / 'cache').exists()
 
 
+@pytest.mark.slow
 def test_patch_that_does_not_apply_is_named_with_how_to_reproduce(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
@@ -87,6 +89,7 @@ def test_patch_that_does_not_apply_is_named_with_how_to_reproduce(
     assert 'Traceback' not in output and 'flaxpq-build-' not in output
 
 
+@pytest.mark.slow
 def test_foreign_sdist_in_flaxpq_sdist_gets_advice_for_that_file(
     pristine_sdist: Path, tmp_path: Path
 ) -> None:

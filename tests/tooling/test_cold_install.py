@@ -28,7 +28,7 @@ from tests.tooling.builds import (
     run_ok,
 )
 
-pytestmark = pytest.mark.cold_install
+pytestmark = [pytest.mark.cold_install, pytest.mark.slow]
 
 PIN = Project().pin()
 IMPORT_FLAX = 'import flax; print(flax.__version__)'

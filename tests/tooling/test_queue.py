@@ -145,6 +145,7 @@ def test_check_finds_upstream_files_tracked_in_our_git(
     assert 'flax/ours.py: tracked under an upstream folder' in problems
 
 
+@pytest.mark.slow
 def test_our_repository_passes_check(pristine_sdist: Path) -> None:
     """All checks, upstream's pre-commit hooks included, on patches/."""
     assert checks.run_all(Project(), pristine_sdist) == []

@@ -25,6 +25,8 @@ from tests.registry import download_registry_wheel
 from tests.tooling.builds import build_requirements, run_ok
 from tests.tooling.helpers import make_patch, run
 
+pytestmark = pytest.mark.slow  # each test builds a wheel or installs one
+
 PIN = Project().pin()
 DIST_INFO = 'DIST-INFO/'
 # A frontend without isolation: call one hook of our backend, print its result.

@@ -481,6 +481,35 @@ def ensemble_gradients_keep_the_name() -> Report:
             'values': digest(params['kernel'][...])}
 
 
+# The decorator through NNX's autodiff wrappers under a default nnx.vmap over
+# a stack it names (nnxaxis.5 raised `Expected to remove 'a' ...`).
+@probe()
+def decorator_through_grad_and_remat() -> Report:
+    out: Report = {}
+    with nnx.use_eager_sharding(False):
+        layers = named_stack('a')
+        x = jnp.ones((3, 4))
+        seen: list[Any] = []
+
+        def loss(m: nnx.Linear, x: jax.Array) -> jax.Array:
+            seen.append(spec(m.kernel.out_sharding))
+            return jnp.sum(m(x))
+
+        named = nnx.transform_metadata(loss, in_axes=(0, None), partition='a')
+        wrappers = {'grad': nnx.grad, 'value_and_grad': nnx.value_and_grad,
+                    'remat': nnx.remat,
+                    'tree_grad': functools.partial(nnx.grad, graph=False)}
+        for name, wrap in wrappers.items():
+            result = nnx.vmap(wrap(named), in_axes=(0, None))(layers, x)
+            out[name] = [digest(leaf) for leaf in jax.tree.leaves(result)]
+            if name == 'grad':
+                out['grads'] = spec(result['kernel'].out_sharding)
+    out['seen'] = sorted(set(map(str, seen)))
+    out['values'] = digest(layers.kernel[...])
+    out['input'] = spec(layers.kernel.out_sharding)
+    return out
+
+
 # Row 3: optimizer_sharding of layers created under a named (or None) vmap.
 def optimizer_sharding_problems(r: Report) -> list[str]:
     return [f'{form}: optimizer_sharding {k["optimizer_sharding"]} on {k["shape"]}'
