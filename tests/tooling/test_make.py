@@ -43,13 +43,27 @@ def recipe_lines(target: str) -> list[str]:
     return result.stdout.replace('\\\n', ' ').splitlines()
 
 
-def test_make_test_runs_each_long_step_under_timed() -> None:
-    lines = recipe_lines('test')
-    long_steps = [line for line in lines if re.search(
+def long_steps(target: str) -> list[str]:
+    return [line for line in recipe_lines(target) if re.search(
         r'pip wheel|pip install .*-r requirements/test\.txt|-m flaxpq check|pytest', line)]
-    assert len(long_steps) == 7, long_steps  # our suite, then the oracle's self-check
-    assert all('scripts/timed ' in line for line in long_steps), long_steps
-    assert 'examples/nnx_toy_examples' in long_steps[-1]  # the last step is pytest's
+
+
+def test_make_test_runs_each_long_step_under_timed() -> None:
+    steps = long_steps('test')
+    # wheel, install, the invariants, our suite but the slow tests, self-check
+    assert len(steps) == 5, steps
+    assert all('scripts/timed ' in line for line in steps), steps
+    assert '--no-hooks' in steps[2] and "-m 'not slow' tests" in steps[3], steps
+    assert 'ORACLE_OURS=vanilla' in steps[4] and 'tests/oracle' in steps[4], steps
+
+
+def test_make_test_full_is_make_test_then_the_slow_steps() -> None:
+    steps = long_steps('test-full')
+    assert steps[:5] == long_steps('test'), steps
+    # the hooks, our slow tests, upstream's suite, upstream's examples
+    assert len(steps) == 9 and all('scripts/timed ' in line for line in steps), steps
+    assert '--no-hooks' not in steps[5] and '-m slow tests' in steps[6], steps
+    assert 'examples/nnx_toy_examples' in steps[-1]  # the last step is pytest's
 
 
 def test_make_demo_installs_only_the_demo_requirements_in_its_own_venvs() -> None:
