@@ -510,6 +510,33 @@ def decorator_through_grad_and_remat() -> Report:
     return out
 
 
+# Issue 23, row 5: an error raised in a default transform's body about a
+# mapped Variable's spec names the spec the body sees, the per-layer one
+# (vanilla: the stacked one); same exception type (README, Compatibility).
+def body_error_problems(r: Report) -> list[str]:
+    want = "ValueError: Resource axis: c of P(None, 'c') is not found in mesh"
+    return [f'{mode}: {error}' for mode, error in r.items()
+            if not str(error).startswith(want)]
+
+
+@probe(fixed=body_error_problems)
+def error_in_a_body_names_the_per_layer_spec() -> Report:
+    with nnx.use_eager_sharding(False):
+        layers = stack(2, (None, 'c'), transform_metadata={nnx.PARTITION_NAME: 'a'})
+    out: Report = {}
+    for graph in (True, False):
+        def body(m: nnx.Linear) -> nnx.Linear:
+            nnx.get_named_sharding(nnx.state(m), mesh())
+            return m
+
+        try:
+            nnx.vmap(body, graph=graph)(layers)
+            out[f'graph={graph}'] = 'ran'
+        except ValueError as e:
+            out[f'graph={graph}'] = f'ValueError: {str(e).splitlines()[0]}'
+    return out
+
+
 # Row 3: optimizer_sharding of layers created under a named (or None) vmap.
 def optimizer_sharding_problems(r: Report) -> list[str]:
     return [f'{form}: optimizer_sharding {k["optimizer_sharding"]} on {k["shape"]}'
