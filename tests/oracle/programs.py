@@ -11,7 +11,8 @@ positionally to the per-layer spec, innermost first:
   the raw (possibly negative) ``list.insert`` index after padding with None,
   and always returns a tuple;
 - ours, with a ``PARTITION_NAME`` in graph mode, does what vanilla does but
-  at the normalized axis and keeping tuple / list / PartitionSpec; without
+  at the normalized axis and keeping tuple / list / PartitionSpec, and puts
+  the name into the ``optimizer_sharding`` of what it creates too; without
   one it inserts ``None`` into ``out_sharding`` and ``optimizer_sharding``;
   tree mode inserts the ``PARTITION_NAME`` (or ``None``) into both; a stack
   whose body is an ``nnx.transform_metadata`` function is left to it.
@@ -197,10 +198,10 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
                         fields[field] = _vanilla_insert(spec, stack.axis, stack.partition)
                     elif field == EXTRA_KEY and stack.extra and spec.form == 'tuple':
                         fields[field] = _vanilla_insert(spec, stack.axis, EXTRA_VALUE)
-                elif named:  # vanilla's, positional and keeping the type
-                    if field != 'optimizer_sharding':
-                        value = EXTRA_VALUE if field == EXTRA_KEY else stack.partition
-                        fields[field] = _ours_insert(spec, axis, value)
+                elif named:  # vanilla's, positional and keeping the type; the
+                    # optimizer_sharding of what it creates gets the name too
+                    value = EXTRA_VALUE if field == EXTRA_KEY else stack.partition
+                    fields[field] = _ours_insert(spec, axis, value)
                 elif field != EXTRA_KEY:  # tree mode names what it creates
                     value = None if stack.partition == DEFAULT else stack.partition
                     fields[field] = _ours_insert(spec, axis, value)
