@@ -46,6 +46,9 @@ CASES = [
 ]
 
 
+# slow: a fresh process per flax per case; make test runs the same scenario
+# side by side in the oracle (test_e2e_regression_guards).
+@pytest.mark.slow
 @pytest.mark.parametrize(('name', 'arguments', 'vanilla_symptom'), CASES)
 def test_vanilla_shows_the_bug_and_ours_does_not(
     vanilla_flax: Path, name: str, arguments: dict[str, Any], vanilla_symptom: str

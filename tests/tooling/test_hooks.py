@@ -28,6 +28,7 @@ def shared_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(hooks.TOOLS_ENV, str(REPO_ROOT / 'build' / 'hook-tools'))
 
 
+@pytest.mark.slow  # runs upstream's pre-commit hooks, as make check-hooks does
 def test_hooks_blame_what_each_patch_introduces(
     queue: Project, pristine_sdist: Path, tmp_path: Path
 ) -> None:
