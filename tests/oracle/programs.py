@@ -199,7 +199,10 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
                     elif field == EXTRA_KEY and stack.extra and spec.form == 'tuple':
                         fields[field] = _vanilla_insert(spec, stack.axis, EXTRA_VALUE)
                 elif named:  # vanilla's, positional and keeping the type; the
-                    # optimizer_sharding of what it creates gets the name too
+                    # optimizer_sharding of what it creates gets the name too;
+                    # extra keys, as vanilla, only where they hold a tuple
+                    if field == EXTRA_KEY and spec.form != 'tuple':
+                        continue
                     value = EXTRA_VALUE if field == EXTRA_KEY else stack.partition
                     fields[field] = _ours_insert(spec, axis, value)
                 elif field != EXTRA_KEY:  # tree mode names what it creates
