@@ -105,10 +105,14 @@ check-hooks: venv
 # -v: one line per test as it ends (the cold installs take minutes each);
 # --durations: the slowest tests at the end.
 # -m slow: tests that build, install or run a whole program (pyproject.toml).
+# The suite keeps vanilla's oracle reports in $(ORACLE_REPORTS) for the
+# self-check (tests/oracle/conftest.py, VanillaReports).
+ORACLE_REPORTS := build/oracle-reports
 our-tests: install
-	$(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
-		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 \
-		-m 'not slow' tests
+	rm -rf $(ORACLE_REPORTS)
+	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
+		$(PY) -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider -v -rfEsx \
+		--durations=15 -m 'not slow' tests
 
 slow-tests: install
 	$(TIMED) 'our slow tests: builds, cold installs, benchmark smoke, MaxText, the demo' \
@@ -119,9 +123,12 @@ slow-tests: install
 # checks of intended differences (tests/oracle/test_oracle.py), so the oracle
 # can tell the two flaxes apart. On $(WORKERS) workers: the families its
 # random programs reached go through a file to pytest's terminal summary.
+# It judges the reports vanilla gave in the suite step (ORACLE_REPORTS) and
+# runs vanilla afresh on any program not among them.
 oracle-self-check: install
 	rm -f build/oracle-families.txt
-	ORACLE_OURS=vanilla ORACLE_FAMILIES=build/oracle-families.txt $(TIMED) \
+	ORACLE_OURS=vanilla ORACLE_REPORTS=$(ORACLE_REPORTS) \
+		ORACLE_FAMILIES=build/oracle-families.txt $(TIMED) \
 		'oracle self-check: vanilla judged as ours, on $(WORKERS) workers' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx --durations=5 tests/oracle
 

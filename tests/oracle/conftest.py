@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
 import select
@@ -18,6 +20,7 @@ from tests.oracle.programs import Program
 
 TIMEOUT = 300.0
 SELF_CHECK = os.environ.get('ORACLE_OURS') == 'vanilla'
+REPORTS = os.environ.get('ORACLE_REPORTS')  # vanilla's reports, kept for the self-check
 
 
 class WorkerError(RuntimeError):
@@ -75,26 +78,94 @@ class Worker:
         os.unlink(self.stderr.name)
 
 
+class VanillaReports:
+    """Vanilla's reports by program, kept from the suite step to the self-check.
+
+    In ``make test`` the suite step (vanilla vs ours) writes each report
+    vanilla's worker gives into the ``ORACLE_REPORTS`` folder, and the
+    self-check judges those as both sides' instead of running the same
+    programs on vanilla again: vanilla is deterministic here (the oracle
+    compares bit-exact digests). A program not found runs afresh. The
+    reports sit under a fingerprint of the oracle's sources, jax's version
+    and the device flags, so a changed runner or probe never reads old ones.
+    """
+
+    def __init__(self, folder: Path, vanilla_version: str):
+        digest = hashlib.sha256()
+        for source in sorted(Path(__file__).parent.rglob('*.py')):
+            digest.update(source.relative_to(REPO_ROOT).as_posix().encode())
+            digest.update(source.read_bytes())
+        digest.update('\0'.join([vanilla_version, importlib.metadata.version('jax'),
+                                  os.environ.get('XLA_FLAGS', '')]).encode())
+        self.folder = folder / digest.hexdigest()[:16]
+        self.worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+        self.reports: dict[str, dict[str, Any]] = {}
+        self.reused = self.fresh = 0
+
+    @staticmethod
+    def key(program: Program) -> str:
+        return hashlib.sha256(program.to_json().encode()).hexdigest()
+
+    def load(self) -> None:
+        for path in sorted(self.folder.glob('reports-*.jsonl')):
+            for line in path.read_text().splitlines():
+                entry = json.loads(line)
+                self.reports[entry['key']] = entry['report']
+
+    def get(self, program: Program) -> dict[str, Any] | None:
+        report = self.reports.get(self.key(program))
+        if report is None:
+            self.fresh += 1
+            return None
+        self.reused += 1
+        return json.loads(json.dumps(report))
+
+    def add(self, program: Program, report: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / f'reports-{self.worker}.jsonl', 'a') as f:
+            f.write(json.dumps({'key': self.key(program), 'report': report}) + '\n')
+
+    def write_counts(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f'self-check-{self.worker}.json').write_text(
+            json.dumps({'reused': self.reused, 'fresh': self.fresh}))
+
+
 class Pair:
-    def __init__(self, vanilla: Worker, ours: Worker):
+    def __init__(self, vanilla: Worker, ours: Worker,
+                 reports: VanillaReports | None = None):
         self.vanilla, self.ours = vanilla, ours
+        self.reports = reports
+        self.reused = False  # the last vanilla report came from ``reports``
 
     def run(self, program: Program) -> tuple[dict[str, Any], dict[str, Any]]:
         """Both flaxes run ``program`` concurrently (the self-check: one worker)."""
-        self.vanilla.send(program)
         if self.ours is self.vanilla:
-            report = self.vanilla.receive()
+            report = self.run_vanilla(program)
             return report, json.loads(json.dumps(report))
+        self.reused = False
+        self.vanilla.send(program)
         self.ours.send(program)
-        return self.vanilla.receive(), self.ours.receive()
+        vanilla, ours = self.vanilla.receive(), self.ours.receive()
+        if self.reports is not None:
+            self.reports.add(program, vanilla)
+        return vanilla, ours
 
     def run_vanilla(self, program: Program) -> dict[str, Any]:
         """Vanilla alone runs ``program`` (the workaround's reference)."""
-        self.vanilla.send(program)
-        return self.vanilla.receive()
+        report = self.reports.get(program) if SELF_CHECK and self.reports else None
+        self.reused = report is not None
+        if report is None:
+            self.vanilla.send(program)
+            report = self.vanilla.receive()
+            if self.reports is not None and not SELF_CHECK:
+                self.reports.add(program, report)
+        return report
 
     def stderr(self) -> str:
         """Both workers' stderr of the last program, for a failure message."""
+        if self.reused:
+            return '\n(vanilla\'s report of the suite step, ORACLE_REPORTS: no stderr)'
         workers = (self.vanilla,) if self.ours is self.vanilla else (self.vanilla, self.ours)
         return ''.join(f'\n--- {w.name} worker stderr ---\n{tail}'
                        for w in workers if (tail := w.stderr_tail()).strip())
@@ -112,19 +183,37 @@ def oracle(vanilla_flax: Path) -> Iterator[Pair]:
 
     Vanilla is deterministic here (the oracle compares bit-exact digests of
     its runs with ours'), so the self-check runs each program once and judges
-    that report as both sides'.
+    that report as both sides'; with ``ORACLE_REPORTS`` it reuses the report
+    the suite step kept (``VanillaReports``).
     """
     vanilla = Worker('vanilla', vanilla_flax)
-    pair = Pair(vanilla, vanilla if SELF_CHECK else Worker('ours', None))
+    reports = None
+    if REPORTS:
+        reports = VanillaReports(Path(REPORTS), expected_versions()[0])
+        if SELF_CHECK:
+            reports.load()
+    pair = Pair(vanilla, vanilla if SELF_CHECK else Worker('ours', None), reports)
     yield pair
     pair.vanilla.close()
     if pair.ours is not vanilla:
         pair.ours.close()
+    if reports is not None and SELF_CHECK:
+        reports.write_counts()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     """Under pytest-xdist, the families the random programs reached, which a
-    worker wrote to ``ORACLE_FAMILIES`` (its own prints are not shown)."""
+    worker wrote to ``ORACLE_FAMILIES`` (its own prints are not shown), and
+    how many of vanilla's reports the self-check reused."""
+    if os.environ.get('PYTEST_XDIST_WORKER') is not None:
+        return
     families = os.environ.get('ORACLE_FAMILIES')
-    if families and os.environ.get('PYTEST_XDIST_WORKER') is None and Path(families).exists():
+    if families and Path(families).exists():
         terminalreporter.write_line(Path(families).read_text().strip())
+    if REPORTS and SELF_CHECK:
+        folder = VanillaReports(Path(REPORTS), expected_versions()[0]).folder
+        counts = [json.loads(p.read_text()) for p in folder.glob('self-check-*.json')]
+        reused, fresh = (sum(c[k] for c in counts) for k in ('reused', 'fresh'))
+        terminalreporter.write_line(
+            f'oracle self-check: {reused} of vanilla\'s reports from the suite step '
+            f'({REPORTS}), {fresh} programs run afresh')

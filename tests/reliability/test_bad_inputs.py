@@ -42,6 +42,9 @@ from tests.e2e.scenarios import exact_mesh  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AXES = ('fsdp', 'tensor')
+# One pytest-xdist worker runs the module (make test: --dist loadgroup), so the
+# two module fixtures, half a minute of CPU each, are computed once.
+pytestmark = pytest.mark.xdist_group('bad_inputs')
 Snapshot = dict[tuple[Any, ...], tuple[Any, ...]]
 Outcome = dict[str, str]
 

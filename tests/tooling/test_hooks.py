@@ -53,6 +53,7 @@ def test_hooks_blame_what_each_patch_introduces(
     assert any(n.startswith('pyupgrade (pyupgrade==3.16.0): 2 file(s)') for n in report.notes)
 
 
+@pytest.mark.slow  # installs upstream's hook tools on a fresh clone (a minute)
 def test_hooks_ignore_what_the_base_already_had(
     pristine_sdist: Path, queue: Project, tmp_path: Path
 ) -> None:
