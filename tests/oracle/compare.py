@@ -207,10 +207,12 @@ class Comparison:
                                                f'vanilla {ve[field]}')
         if 'made' not in o or 'after_apply' not in self.ours:
             return
-        # A named pass names what its body makes, in every mode on ours; on
-        # vanilla only graph mode with updates reads the name, and there the
-        # layer already holds it.
-        name = self.program.apply.partition
+        # A named pass names what its body makes in graph mode with updates
+        # (vanilla's add_axis; the layer already holds the name). In the other
+        # modes the name is only for what no mapped input names: a made
+        # Variable that mirrors a mapped parameter keeps its entry, as vanilla.
+        apply = self.program.apply
+        name = apply.partition if MODES[apply.mode] == (True, True) else DEFAULT
         fields = ('out_sharding',) if self.program.apply.wrap == 'optimizer' else None
         want_o = self.made_expected(self.ours, name)
         want_v = self.made_expected(self.ours, DEFAULT)
