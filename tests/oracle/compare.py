@@ -17,8 +17,8 @@ import math
 import re
 from typing import Any
 
-from tests.oracle.programs import DEFAULT, MODES, Program, apply_axis_entry, \
-    expected_metadata, outer_axis, resolve
+from tests.oracle.programs import Program, apply_axis_entry, expected_metadata, \
+    inside_metadata, made_metadata, pass_runs, resolve, stacked_rank
 
 Report = dict[str, Any]
 Divergence = tuple[str, str]  # (tag, message)
@@ -38,21 +38,13 @@ FAMILY = re.compile(
     r'applied to a value of rank \d+'
     r'|^IndexError: pop index out of range$'
     r'|^ShardingTypeError: .* produces an illegally sharded result'
+    r'|^ShardingTypeError: \w+ got incompatible shardings for broadcasting: '
     r'|^ValueError: pytree structure error: different pytree metadata at key path')
 SPEC_IN_MESSAGE = re.compile(r"(P|PartitionSpec)?\([^()]*\)|\[[^\[\]]*\]")
 FOUND_IN_MESSAGE = re.compile(r"found [^ ,.]+")
 REMOVE_MESSAGE = re.compile(r" from .*, but found .*$")  # vanilla's 'Expected to remove'
 STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
           'optimizer', 'train_step')
-
-
-def _without(spec: dict[str, Any] | None, axis: int) -> dict[str, Any] | None:
-    if not spec or not spec['entries']:
-        return spec
-    entries = list(spec['entries'])
-    if axis < len(entries):
-        entries.pop(axis)
-    return {'type': spec['type'], 'entries': entries}
 
 
 class Comparison:
@@ -75,16 +67,15 @@ class Comparison:
         return self.expect_v is not None and self.expect_v != self.expect_o
 
     def stale_override(self) -> bool:
-        """An ``optimizer_sharding`` the model leaves short of a stacked axis (I3).
+        """A declared ``optimizer_sharding`` the model leaves shorter than its stacked array.
 
-        A named transform leaves a declared ``optimizer_sharding`` as vanilla
-        does, so the optimizer may fail on it on both flaxes alike.
+        Then the optimizer may fail on it on both flaxes alike.
         """
         if self.expect_o is None:
             return False
-        rank = lambda leaf: len(leaf.shape) + len(self.program.stacks)  # noqa: E731
         return any(leaf.optimizer_spec is not None and self.program.stacks
-                   and len(self.expect_o[leaf.name]['optimizer_sharding']['entries']) < rank(leaf)
+                   and len(self.expect_o[leaf.name]['optimizer_sharding']['entries'])
+                   < stacked_rank(self.program, leaf)
                    for leaf in self.program.leaves)
 
     def outcome(self, report: Report) -> tuple[str, str, str]:
@@ -107,11 +98,31 @@ class Comparison:
         v, o = self.vanilla, self.ours
         if self.expect_v is not None and 'variables' in v:
             self.check_metadata('vanilla', v['variables'], self.expect_v, 'model')
-        ours_should_run = self.expect_o is None or apply_axis_entry(self.program, self.expect_o)
+        removes = self.expect_o is None or apply_axis_entry(self.program, self.expect_o)
+        ours_should_run = self.expect_o is None or pass_runs(self.program, 'ours', self.expect_o)
+        vanilla_should_run = self.expect_v is None or apply_axis_entry(
+            self.program, self.expect_v, 'vanilla')
         if v['outcome'] == 'ok':
-            if not ours_should_run:
-                self.add('model', f'vanilla ran, but the model expects ours to fail')
-            if o['outcome'] != 'ok':
+            if not vanilla_should_run:
+                self.add('model', 'vanilla ran, but the model expects its forward pass to '
+                                  'fail removing the given PARTITION_NAME')
+            if not removes:
+                # A given PARTITION_NAME that is not the stack's entry at the
+                # axis raises vanilla's graph-mode error on ours in every mode,
+                # before anything changes.
+                if o['outcome'] == 'ok':
+                    self.add('intended', 'ours ran, but the model expects its forward pass '
+                                         'to fail removing the given PARTITION_NAME')
+                elif o.get('failed_stage') != 'apply' or not (
+                        'Expected to remove' in o['outcome']
+                        or 'pop index out of range' in o['outcome']):
+                    self.add('intended', f'ours failed at {o.get("failed_stage")} with '
+                                         f'{o["outcome"]}; the model expects the forward '
+                                         f'pass to fail removing the given PARTITION_NAME')
+                if o['outcome'] != 'ok' and o.get('unmutated') is False:
+                    self.add('intended', f'ours mutated the model before failing: '
+                                         f'{o["outcome"]}')
+            elif o['outcome'] != 'ok':
                 self.add('compat', f'ours failed at {o.get("failed_stage")} where vanilla ran: '
                                    f'{o["outcome"]}')
         else:
@@ -129,8 +140,13 @@ class Comparison:
             elif o['outcome'] == 'ok':
                 self.add('compat', f'vanilla failed at {v["failed_stage"]} ({message}); ours ran')
             elif not family and self.outcome(o) != self.outcome(v):
-                self.add('compat', f'vanilla failed at {v["failed_stage"]} with {message}; '
-                                   f'ours at {o["failed_stage"]} with {o["outcome"]}')
+                # a given PARTITION_NAME that is not the stack's entry raises
+                # on ours first, in every mode (vanilla's graph-mode error)
+                if removes or o.get('failed_stage') != 'apply' \
+                        or 'Expected to remove' not in o['outcome']:
+                    self.add('compat', f'vanilla failed at {v["failed_stage"]} with '
+                                       f'{message}; ours at {o["failed_stage"]} with '
+                                       f'{o["outcome"]}')
             if o['outcome'] != 'ok' and o.get('unmutated') is False:
                 self.add('compat', f'ours mutated the model before failing: {o["outcome"]}')
         self.check_ours_against_model()
@@ -207,17 +223,20 @@ class Comparison:
                                                f'vanilla {ve[field]}')
         if 'made' not in o or 'after_apply' not in self.ours:
             return
-        # A named pass names what its body makes in graph mode with updates
-        # (vanilla's add_axis; the layer already holds the name). In the other
-        # modes the name is only for what no mapped input names: a made
-        # Variable that mirrors a mapped parameter keeps its entry, as vanilla.
-        apply = self.program.apply
-        name = apply.partition if MODES[apply.mode] == (True, True) else DEFAULT
+        # What the body made is stacked on the way out as the pass's call
+        # stacks it (stacking_rule): per-slice inside, the call's entry at the
+        # axis outside, or (a call that leaves metadata alone) the stacked spec
+        # the body saw. Where vanilla's differs from the rule (optimizer state
+        # takes its parameter's optimizer_sharding, which the model does not
+        # follow), ours' difference counts as intended.
         fields = ('out_sharding',) if self.program.apply.wrap == 'optimizer' else None
-        want_o = self.made_expected(self.ours, name)
-        want_v = self.made_expected(self.ours, DEFAULT)
-        wrong_v = {p for p, _ in self.made_problems(self.vanilla, self.made_expected(
-            self.vanilla, DEFAULT), fields)} if 'made' in v else set(want_o)
+        want_o = self.made_expected(self.ours, 'ours')
+        want_v = self.made_expected(self.ours, 'vanilla')
+        wrong_v = set(want_o)
+        if 'made' in v and 'after_apply' in self.vanilla:
+            problems_v = self.made_problems(self.vanilla, self.made_expected(
+                self.vanilla, 'vanilla'), fields)
+            wrong_v = {p for p, _ in problems_v}
         for path, problem in self.made_problems(self.ours, want_o, fields):
             intended = path in wrong_v or want_o[path] != want_v[path]
             self.add('intended' if intended else 'compat', f'ours {problem}')
@@ -254,26 +273,19 @@ class Comparison:
                      f'{o["after_apply"][param]["sharding"]}')
         return True
 
-    def made_expected(self, report: Report, name: Any) -> dict[str, Any]:
-        """Per made path: the metadata of the parameter it mirrors, ``name`` at the axis."""
-        params = report['after_apply']
-        leaves = {leaf.name: leaf for leaf in self.program.leaves}
+    def made_expected(self, report: Report, flax: str) -> dict[str, Any]:
+        """Per made path of ``report``: the metadata ``flax``'s rule gives what the
+        body made from the parameter it mirrors (the model's stacked metadata)."""
+        meta = self.expect_o if flax == 'ours' else self.expect_v
+        leaves = {leaf.name for leaf in self.program.leaves}
         out = {}
         for path in report['apply']['made']:
             param = self.mirrored(report, path)
-            if param is None:
+            if param is None or param not in leaves:
                 continue
-            want = dict(params[param]['metadata'])
-            if name != DEFAULT and param in leaves:
-                axis = outer_axis(self.program, leaves[param])
-                rank = len(params[param]['shape'])
-                for field in ('out_sharding', 'optimizer_sharding'):
-                    spec = want[field]  # only a field that holds the stacked entry
-                    if spec and len(spec['entries']) == rank:
-                        entries = list(spec['entries'])
-                        entries[axis] = name
-                        want[field] = {'type': spec['type'], 'entries': entries}
-            out[path] = want
+            want = made_metadata(self.program, flax, meta, param)
+            if want is not None:  # else the pass fails (run checks that)
+                out[path] = want
         return out
 
     @staticmethod
@@ -292,18 +304,22 @@ class Comparison:
         o, v, program = self.ours, self.vanilla, self.program
         if 'apply' not in o or not o['apply']['inside']:
             return
+        # The body sees each mapped leaf as the pass's call removes its entry
+        # (stacking_rule), or stacked where the call leaves metadata alone.
         apply = program.apply
+        inside_o = inside_metadata(program, 'ours', self.expect_o)
+        inside_v = inside_metadata(program, 'vanilla', self.expect_v)
         for leaf in program.leaves:
-            axis = outer_axis(program, leaf)
-            want_o = _without(self.expect_o[leaf.name]['out_sharding'], axis)
-            honoured = apply.partition != DEFAULT and MODES[apply.mode] == (True, True)
-            spec_v = self.expect_v[leaf.name]['out_sharding']
-            want_v = _without(spec_v, axis) if honoured else spec_v
+            want_o = None if inside_o is None else inside_o[leaf.name]['out_sharding']
+            want_v = None if inside_v is None else inside_v[leaf.name]['out_sharding']
             got = o['apply']['inside'][0].get(leaf.name)
-            if got != want_o:
-                self.add('intended' if want_o != want_v else 'compat',
+            if inside_o is not None and got != want_o:  # else run() checks the failure
+                self.add('intended' if inside_v is None or want_o != want_v else 'compat',
                          f'ours inside {apply.kind} {leaf.name}: {got} expected {want_o}')
-            if 'apply' in v and v['apply']['inside'][0].get(leaf.name) != want_v:
+            if inside_v is None:
+                continue
+            if 'apply' in v and v['apply']['inside'] \
+                    and v['apply']['inside'][0].get(leaf.name) != want_v:
                 self.add('model', f'vanilla inside {apply.kind} {leaf.name}: '
                                   f'{v["apply"]["inside"][0].get(leaf.name)} expected {want_v}')
 
@@ -425,7 +441,7 @@ def is_fixed(program: Program, vanilla: Report) -> bool:
     if vanilla['outcome'] == 'ok':
         return False
     comparison = Comparison(program, vanilla, vanilla)
-    ours_should_run = comparison.expect_o is None or apply_axis_entry(program, comparison.expect_o)
+    ours_should_run = comparison.expect_o is None or pass_runs(program, 'ours', comparison.expect_o)
     return ours_should_run and (bool(FAMILY.search(vanilla['outcome']))
                                 or 'Expected to remove' in vanilla['outcome'])
 

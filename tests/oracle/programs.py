@@ -3,19 +3,41 @@
 A ``Program`` is JSON-able: the pytest side generates it, both workers
 (vanilla flax and ours) run it (``tests.oracle.runner``). No flax import here.
 
-The model (``expected_metadata``) applies each stacking transform's insertion
-positionally to the per-layer spec, innermost first:
-- vanilla inserts only a ``PARTITION_NAME`` it was given, and only in graph
-  mode with graph updates (``nnx.vmap``/``nnx.scan``'s tree and no-updates
-  paths ignore ``transform_metadata``), into tuple-valued extra keys only, at
-  the raw (possibly negative) ``list.insert`` index after padding with None,
-  and always returns a tuple;
-- ours, with a ``PARTITION_NAME`` in graph mode, does what vanilla does but
-  at the normalized axis and keeping tuple / list / PartitionSpec, and puts
-  the name into the ``optimizer_sharding`` of what it creates too; without
-  one it inserts ``None`` into ``out_sharding`` and ``optimizer_sharding``;
-  tree mode inserts the ``PARTITION_NAME`` (or ``None``) into both; a stack
-  whose body is an ``nnx.transform_metadata`` function is left to it.
+The model is one function, ``stacking_rule``: what one ``nnx.vmap`` /
+``nnx.scan`` / ``nnx.pmap`` call does to sharding metadata on either flax,
+given its mode, its ``PARTITION_NAME`` (or none), its axis and the metadata of
+the Variables it maps. It returns a ``Call``, whose ``inside`` is a mapped
+Variable as the body sees it (raising ``RemoveError`` where vanilla's
+``Expected to remove`` or pop error would be raised) and whose ``outside`` is
+a Variable on the way out (a mapped input, or one the body made or returned).
+Every expectation goes through it: ``expected_metadata`` (the build: each
+stack's call, innermost first, maps no Variable and stacks what its body
+made), ``inside_metadata`` (what the forward pass's body sees),
+``made_metadata`` (copies, gradients, optimizer state made in that body) and
+``apply_axis_entry`` (whether the pass's removal succeeds).
+
+The rule:
+- a body that is an ``nnx.transform_metadata`` function keeps the axis to
+  itself: its partition goes into ``out_sharding`` at axis 0;
+- vanilla applies only a given ``PARTITION_NAME``, only in graph mode with
+  graph updates, to ``out_sharding`` and tuple-valued keys named in
+  ``transform_metadata``, at the raw (possibly negative) index, padding with
+  None for a positive one, and always returns a tuple;
+- ours applies a given ``PARTITION_NAME`` in every mode, as vanilla's graph
+  mode does but at the axis normalized to the array's rank and keeping
+  tuple / list / PartitionSpec; it stacks ``optimizer_sharding`` too where
+  every mapped Variable with a truthy one holds the name at the axis (or
+  none has one);
+- ours, given no name, infers one per call: the entry every mapped Variable
+  with an ``out_sharding`` holds at the axis (a spec shorter than the axis,
+  with one entry, or empty has none there), the ``spmd_axis_name`` (None)
+  where no mapped Variable has one. Where they disagree the call leaves all
+  metadata as vanilla does (the body sees the stacked specs, what it makes
+  keeps its own). Else it does what that name given does, with
+  ``optimizer_sharding`` taking its own shared entry (left alone where those
+  disagree), keeping a spec longer than the per-slice rank as it is, and
+  inserting None where the entry's mesh axes are in the spec already.
+An ``out_sharding`` of None or ``()`` is never inserted into.
 """
 
 from __future__ import annotations
@@ -141,75 +163,245 @@ def program_from_json(text: str) -> Program:
 
 # The model ------------------------------------------------------------------
 
-def _entry_json(e: Entry) -> Any:
-    return list(e) if isinstance(e, tuple) else e
+class _Missing:
+    def __repr__(self) -> str:
+        return 'MISSING'
+
+
+MISSING: Any = _Missing()  # no entry at the axis; a call that leaves metadata alone
+FORMS = ('tuple', 'list', 'pspec')
+FIELDS = ('out_sharding', 'optimizer_sharding', EXTRA_KEY)
+Fields = dict[str, 'Spec | None']  # one Variable's sharding-like fields
+
+
+class RemoveError(Exception):
+    """The call's removal at the stacked axis fails (vanilla's error, on either flax)."""
+
+
+def _truthy(spec: Spec | None) -> bool:
+    return spec is not None and bool(spec.entries)
+
+
+def _mesh_axes(entries: Any) -> set[Any]:
+    axes: set[Any] = set()
+    for e in entries:
+        axes.update(e if isinstance(e, tuple) else (e,))
+    return axes - {None}
 
 
 def _vanilla_insert(spec: Spec, index: int, value: Entry) -> Spec:
     entries = list(spec.entries)
-    while len(entries) < index:
+    while len(entries) < index:  # no padding for a negative index: list.insert's
         entries.append(None)
     entries.insert(index, value)
     return Spec('tuple', tuple(entries))
 
 
-def _ours_insert(spec: Spec, axis: int, value: Entry) -> Spec:
-    entries = list(spec.entries)
-    while len(entries) < axis:
-        entries.append(None)
-    entries.insert(axis, value)
-    return Spec(spec.form, tuple(entries))
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """What one call of a stacking transform does to sharding metadata.
+
+    ``name`` is the ``PARTITION_NAME`` the call applies (``MISSING``: it
+    leaves all metadata alone); ``optimizer`` the entry it stacks into
+    ``optimizer_sharding`` (``MISSING``: not touched); ``axis`` the raw
+    in/out axis.
+    """
+    flax: str
+    axis: int
+    name: Any = MISSING
+    optimizer: Any = MISSING
+    inferred: bool = False  # no hooks, long specs kept, None for a used mesh axis
+    extra: bool = False  # EXTRA_KEY named in transform_metadata
+
+    def _remove(self, spec: Spec, value: Entry) -> Spec:
+        entries = list(spec.entries)
+        if not -len(entries) <= self.axis < len(entries):
+            raise RemoveError('IndexError: pop index out of range')
+        removed = entries.pop(self.axis)  # the raw index, on both flaxes
+        if removed != value:
+            raise RemoveError(f'Expected to remove {value!r} at index {self.axis} from '
+                              f'{spec.entries!r}, but found {removed!r}.')
+        return Spec('tuple' if self.flax == 'vanilla' else spec.form, tuple(entries))
+
+    def _insert(self, spec: Spec, value: Entry, rank: int) -> Spec:
+        if self.flax == 'vanilla':
+            return _vanilla_insert(spec, self.axis, value)
+        entries = list(spec.entries)
+        if self.inferred and len(entries) > rank:
+            return spec
+        if self.inferred and _mesh_axes([value]) & _mesh_axes(entries):
+            value = None  # a mesh axis is named once per spec
+        axis = self.axis + rank + 1 if self.axis < 0 else self.axis
+        while len(entries) < axis:
+            entries.append(None)
+        entries.insert(axis, value)
+        return Spec(spec.form, tuple(entries))
+
+    def inside(self, fields: Fields) -> Fields:
+        """A mapped Variable's fields as the body sees them (raises ``RemoveError``)."""
+        out = dict(fields)
+        if self.name is MISSING:
+            return out
+        spec = fields['out_sharding']
+        # a given name pops from () too (index out of range); an inferred
+        # one leaves an empty spec alone
+        if spec is not None and (_truthy(spec) or not self.inferred):
+            out['out_sharding'] = self._remove(fields['out_sharding'], self.name)
+        if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
+            out['optimizer_sharding'] = self._remove(fields['optimizer_sharding'],
+                                                     self.optimizer)
+        extra = fields[EXTRA_KEY]
+        if self.extra and _truthy(extra) and extra.form == 'tuple':
+            out[EXTRA_KEY] = self._remove(extra, EXTRA_VALUE)
+        return out
+
+    def outside(self, fields: Fields, rank: int) -> Fields:
+        """A Variable's fields on the way out (a mapped input, or what the body
+        made or returned); ``rank`` is its per-slice value's."""
+        out = dict(fields)
+        if self.name is MISSING:
+            return out
+        if _truthy(fields['out_sharding']):  # None and () stay as they are
+            out['out_sharding'] = self._insert(fields['out_sharding'], self.name, rank)
+        if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
+            out['optimizer_sharding'] = self._insert(fields['optimizer_sharding'],
+                                                     self.optimizer, rank)
+        extra = fields[EXTRA_KEY]
+        if self.extra and _truthy(extra) and extra.form == 'tuple':
+            out[EXTRA_KEY] = self._insert(extra, EXTRA_VALUE, rank)
+        return out
 
 
-def stacked_axis(stack: Stack, rank_after: int) -> int:
-    return stack.axis % rank_after
+def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
+    """A mapped spec's entry at the stacked axis (``rank``: the stacked value's)."""
+    i = axis if axis >= 0 else axis + rank
+    if spec.form in FORMS and i < len(spec.entries) and len(spec.entries) > 1:
+        return spec.entries[i]
+    return MISSING  # no entry there: a short or one-entry spec, or ()
+
+
+def _shared(entries: list[Any], default: Any) -> Any:
+    if any(e != entries[0] or e is MISSING for e in entries):
+        return MISSING  # the mapped Variables disagree
+    return entries[0] if entries else default
+
+
+def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
+                  mapped: Any = (), *, extra: bool = False, decorator: str | None = None,
+                  spmd_axis_name: Any = None) -> Call:
+    """THE rule: what one nnx.vmap / nnx.scan / nnx.pmap call does to metadata.
+
+    ``partition`` is the given ``PARTITION_NAME`` (``DEFAULT``: none given),
+    ``mapped`` the mapped Variables as ``(fields, stacked rank)`` pairs,
+    ``decorator`` the partition of an ``nnx.transform_metadata`` body.
+
+    - A body of ``nnx.transform_metadata`` keeps the axis to itself: its
+      name goes into ``out_sharding`` at axis 0 (vanilla's or ours' insertion).
+    - Vanilla: only a given name in graph mode with graph updates, into
+      ``out_sharding`` and tuple-valued extra keys, at the raw index, as a
+      tuple; otherwise nothing.
+    - Ours, with a given name, in every mode: vanilla's named path at the
+      normalized axis, the spec's type kept; ``optimizer_sharding`` stacked
+      too where every mapped Variable with one holds the name at the axis
+      (or none has one).
+    - Ours, given no name: the entry all mapped Variables with an
+      ``out_sharding`` share at the axis (a short or one-entry spec has
+      none there; an empty one takes no part), ``spmd_axis_name`` where none has one; where they
+      disagree the call leaves the metadata alone. Then as with that name,
+      ``optimizer_sharding`` taking its own shared entry, and ``inferred``.
+    """
+    if decorator is not None:
+        return Call(flax, 0, decorator)
+    given = partition != DEFAULT
+    if flax == 'vanilla':
+        if given and MODES[mode] == (True, True):
+            return Call(flax, axis, partition, extra=extra)
+        return Call(flax, axis)
+    outs = [_entry_at(f['out_sharding'], axis, rank) for f, rank in mapped
+            if _truthy(f['out_sharding'])]
+    opts = [_entry_at(f['optimizer_sharding'], axis, rank) for f, rank in mapped
+            if _truthy(f['optimizer_sharding'])]
+    if given:
+        opt = _shared(opts, partition)
+        return Call(flax, axis, partition, partition if opt == partition else MISSING,
+                    extra=extra)
+    name = _shared(outs, spmd_axis_name)
+    if name is MISSING:
+        return Call(flax, axis)
+    return Call(flax, axis, name, _shared(opts, name), inferred=True)
+
+
+def leaf_fields(leaf: Leaf) -> Fields:
+    return {'out_sharding': leaf.spec, 'optimizer_sharding': leaf.optimizer_spec,
+            EXTRA_KEY: leaf.extra_spec}
+
+
+def spec_from_json(spec: dict[str, Any] | None) -> Spec | None:
+    """A report's (or ``Spec.to_json``'s) ``{'type', 'entries'}`` as a Spec."""
+    if spec is None:
+        return None
+    return Spec(spec['type'], tuple(tuple(e) if isinstance(e, list) else e
+                                    for e in spec['entries']))
+
+
+def fields_json(fields: Fields) -> dict[str, Any]:
+    return {f: None if s is None else s.to_json() for f, s in fields.items()}
+
+
+def stacked_rank(program: Program, leaf: Leaf) -> int:
+    return len(leaf.shape) + len(program.stacks)
 
 
 def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
-    """Per Variable path, each sharding-like field as ``Spec.to_json()`` or None."""
+    """Per Variable path, each sharding-like field as ``Spec.to_json()`` or None.
+
+    The build: each stack's call, innermost first, maps no Variable (its
+    inputs are arrays), and stacks what its body made.
+    """
     out: dict[str, dict[str, Any]] = {}
     for leaf in program.leaves:
-        fields = {'out_sharding': leaf.spec, 'optimizer_sharding': leaf.optimizer_spec,
-                  EXTRA_KEY: leaf.extra_spec}
-        rank = len(leaf.shape)
+        fields, rank = leaf_fields(leaf), len(leaf.shape)
         for stack in reversed(program.stacks):  # innermost stacks first
+            call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
+                                 extra=stack.extra, decorator=stack.decorator)
+            fields = call.outside(fields, rank)
             rank += 1
-            axis = stacked_axis(stack, rank)
-            for field, spec in fields.items():
-                if not spec or not spec.entries:  # None and () stay as they are
-                    continue
-                if stack.decorator is not None:  # the decorator inserts at axis 0
-                    # into out_sharding only; the transform leaves the axis to it
-                    if field == 'out_sharding':
-                        insert = _ours_insert if flax == 'ours' else _vanilla_insert
-                        fields[field] = insert(spec, 0, stack.decorator)
-                    continue
-                # Both flaxes read the transform_metadata keyword in graph mode
-                # with graph updates only; tree mode ignores it.
-                keyword = MODES[stack.mode] == (True, True)
-                if field == EXTRA_KEY and not (stack.extra and keyword):
-                    continue
-                named = stack.partition != DEFAULT and keyword
-                if flax == 'vanilla':
-                    honoured = named
-                    if not honoured:
-                        continue
-                    if field == 'out_sharding':
-                        fields[field] = _vanilla_insert(spec, stack.axis, stack.partition)
-                    elif field == EXTRA_KEY and stack.extra and spec.form == 'tuple':
-                        fields[field] = _vanilla_insert(spec, stack.axis, EXTRA_VALUE)
-                elif named:  # vanilla's, positional and keeping the type; the
-                    # optimizer_sharding of what it creates gets the name too;
-                    # extra keys, as vanilla, only where they hold a tuple
-                    if field == EXTRA_KEY and spec.form != 'tuple':
-                        continue
-                    value = EXTRA_VALUE if field == EXTRA_KEY else stack.partition
-                    fields[field] = _ours_insert(spec, axis, value)
-                elif field != EXTRA_KEY:  # tree mode names what it creates
-                    value = None if stack.partition == DEFAULT else stack.partition
-                    fields[field] = _ours_insert(spec, axis, value)
-        out[leaf.name] = {f: None if s is None else s.to_json() for f, s in fields.items()}
+        out[leaf.name] = fields_json(fields)
     return out
+
+
+def apply_call(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> Call:
+    """The forward pass's call over the stacks ``meta`` describes (every leaf mapped)."""
+    apply = program.apply
+    assert apply is not None and program.stacks
+    mapped = [({f: spec_from_json(meta[leaf.name][f]) for f in FIELDS},
+               stacked_rank(program, leaf)) for leaf in program.leaves]
+    return stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
+
+
+def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
+                    ) -> dict[str, dict[str, Any]] | None:
+    """Per leaf, its fields as the forward pass's body sees them (None: the call fails)."""
+    call = apply_call(program, flax, meta)
+    try:
+        return {leaf.name: fields_json(call.inside(
+            {f: spec_from_json(meta[leaf.name][f]) for f in FIELDS}))
+            for leaf in program.leaves}
+    except RemoveError:
+        return None
+
+
+def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
+                  param: str) -> dict[str, Any] | None:
+    """A Variable the forward pass's body made from mapped ``param`` (a copy, a
+    gradient, optimizer state): its per-slice fields, stacked on the way out."""
+    call = apply_call(program, flax, meta)
+    leaf = next(l for l in program.leaves if l.name == param)
+    try:
+        inside = call.inside({f: spec_from_json(meta[param][f]) for f in FIELDS})
+    except RemoveError:
+        return None
+    return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
 
 
 def resolve(spec: dict[str, Any] | None, leaf: Leaf, program: Program) -> list[Any] | None:
@@ -223,22 +415,23 @@ def resolve(spec: dict[str, Any] | None, leaf: Leaf, program: Program) -> list[A
     return entries
 
 
-def apply_axis_entry(program: Program, meta: dict[str, dict[str, Any]]) -> bool:
-    """Whether a named Apply can remove its name at the outermost axis (ours)."""
-    if program.apply is None or program.apply.partition == DEFAULT or not program.stacks \
-            or MODES[program.apply.mode] != (True, True):  # tree mode ignores the name
+def apply_axis_entry(program: Program, meta: dict[str, dict[str, Any]],
+                     flax: str = 'ours') -> bool:
+    """Whether the forward pass's call removes its entry from every mapped
+    Variable without vanilla's ``Expected to remove`` (or pop) error."""
+    if program.apply is None or not program.stacks:
         return True
-    for leaf in program.leaves:
-        spec = meta[leaf.name]['out_sharding']
-        if spec is None:
-            continue
-        axis = outer_axis(program, leaf)
-        if not spec['entries'] or axis >= len(spec['entries']) \
-                or spec['entries'][axis] != program.apply.partition:
-            return False
-    return True
+    return inside_metadata(program, flax, meta) is not None
 
 
-def outer_axis(program: Program, leaf: Leaf) -> int:
-    rank = len(leaf.shape) + len(program.stacks)
-    return stacked_axis(program.stacks[0], rank)
+def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> bool:
+    """Whether the forward pass runs by the rule: its removal succeeds and, for a
+    body mapping over the layer's and an unmapped copy's state (``tree_map``),
+    every leaf's metadata inside equals the copy's per-layer metadata."""
+    inside = None if program.apply is None or not program.stacks \
+        else inside_metadata(program, flax, meta)
+    if not apply_axis_entry(program, meta, flax):
+        return False
+    if inside is None or program.apply.wrap != 'tree_map':
+        return True
+    return all(inside[leaf.name] == fields_json(leaf_fields(leaf)) for leaf in program.leaves)
