@@ -23,20 +23,23 @@ from flaxpq.project import Project
 UPSTREAM_TAG = 'upstream'
 BRANCH = 'patched'
 # Pinned so that the output depends on the commits alone, not on the user's
-# git configuration or the date.
+# git configuration (format.* settings) or the date: a re-export without edits
+# changes no byte.
 FORMAT_PATCH_FLAGS = (
-    '--keep-subject',
-    '--no-stat',
-    '--no-signature',
-    '--zero-commit',
-    '--full-index',
-    '--find-renames',
-    '--diff-algorithm=myers',
-    '--no-notes',
-    '--no-cover-letter',
-    '--no-thread',
-    '--no-attach',
-    '--no-encode-email-headers',
+    '--keep-subject',  # no "[PATCH n/m]" prefix: the subject is the commit's, as git am keeps it
+    '--no-stat',  # no diffstat: it changes with every edit and adds nothing git am reads
+    '--no-signature',  # no "-- \n2.x.y" footer naming the exporter's git version
+    '--zero-commit',  # "From 000...0": a commit's hash changes when any commit below it does
+    '--full-index',  # full blob hashes: stable whatever abbreviation length git picks
+    '--find-renames',  # a moved file is a rename, whatever diff.renames says
+    '--diff-algorithm=myers',  # the same hunks whatever diff.algorithm says
+    '--no-notes',  # git notes of the exporter's repo stay out
+    '--no-cover-letter',  # one file per patch, no 0000-cover-letter.patch
+    '--no-thread',  # no In-Reply-To/References headers with message ids
+    '--no-attach',  # the diff inline, not a MIME attachment (format.attach)
+    '--no-encode-email-headers',  # a non-ASCII subject stays readable, not =?UTF-8?q?
+    # git's default is 64 (or format.filenameMaxLength): 100 keeps a whole
+    # 72-column subject in the file name, which the series lists
     '--filename-max-length=100',
 )
 _PRISTINE_DATE = '2000-01-01T00:00:00+0000'
