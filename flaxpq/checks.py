@@ -33,7 +33,6 @@ DEP3_FIELD = re.compile(
 FORBIDDEN_PATHS = ('flax/version.py',)
 # Top-level folders of the upstream sdist that must never appear in our repo.
 UPSTREAM_DIRS = ('flax/', 'flaxlib_src/', 'docs_nnx/', 'docs/_ext/')
-_DIFF_HEADER = re.compile(rb'^diff --git a/(\S+) b/(\S+)$', re.MULTILINE)
 
 
 def series_matches_files(project: Project) -> list[str]:
@@ -174,23 +173,15 @@ def line_counts(project: Project) -> list[str]:
             for row in rows]
 
 
-def touched_paths(patch: bytes) -> set[str]:
-    paths: set[str] = set()
-    for a, b in _DIFF_HEADER.findall(patch):
-        paths.update((a.decode(), b.decode()))
-    return paths
-
-
 def forbidden_touches(project: Project) -> list[str]:
     problems = []
-    for name in project.series():
-        path = project.patches_dir / name
-        if path.is_file():
-            for touched in sorted(touched_paths(path.read_bytes()) & set(FORBIDDEN_PATHS)):
-                problems.append(
-                    f'{name} touches {touched}: the version is stamped at '
-                    'build time, never patched (the series goes upstream).'
-                )
+    for patch in patchfile.read_series(project):
+        touched = {path for diff in patch.files() for path in (diff.path, diff.old_path)}
+        for path in sorted(touched & set(FORBIDDEN_PATHS)):
+            problems.append(
+                f'{patch.name} touches {path}: the version is stamped at '
+                'build time, never patched (the series goes upstream).'
+            )
     return problems
 
 

@@ -56,10 +56,11 @@ class PatchError(QueueError):
 
 def git(
     repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None,
-    user_config: bool = False,
+    user_config: bool = False, input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run git in ``repo``; the user's global/system config is ignored unless
-    ``user_config`` (for commits in the user's own checkouts)."""
+    """Run git in ``repo`` (``input`` on its stdin); the user's global/system
+    config is ignored unless ``user_config`` (for commits in the user's own
+    checkouts)."""
     env = {**os.environ, **(env or {})}
     if not user_config:
         env.update(
@@ -71,7 +72,7 @@ def git(
             GIT_COMMITTER_EMAIL=env.get('GIT_COMMITTER_EMAIL', 'flaxpq@localhost'),
         )
     result = subprocess.run(
-        ['git', *args], cwd=repo, env=env, capture_output=True, text=True
+        ['git', *args], cwd=repo, env=env, capture_output=True, text=True, input=input,
     )
     if check and result.returncode != 0:
         raise QueueError(

@@ -11,25 +11,30 @@ from __future__ import annotations
 import dataclasses
 import email
 import email.policy
+import functools
 import re
 from pathlib import Path
 
+from flaxpq import QueueError
+from flaxpq.gitqueue import git
 from flaxpq.project import Project
 
 # Our tracking trailers: never part of an upstream commit.
 OUR_TRAILERS = ('Bug', 'Forwarded', 'Depends-on')
 NOT_NEEDED = 'not-needed'
-_TRAILER = re.compile(r'^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$')
-_HUNK = re.compile(r'^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@')
+_HUNK_START = re.compile(r'^@@ -\S+ \+(\d+)')
 
 
 @dataclasses.dataclass
 class FileDiff:
-    """What one patch does to one file: added lines (new line number, text)."""
+    """What one patch does to one file: added lines (new line number, text)
+    and the count of removed ones. ``old_path`` differs from ``path`` for a
+    rename."""
 
     path: str
-    added: list[tuple[int, str]] = dataclasses.field(default_factory=list)
-    removed: int = 0
+    old_path: str
+    added: list[tuple[int, str]]
+    removed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +66,12 @@ class Patch:
         return NOT_NEEDED not in self.trailer('Forwarded')
 
     def files(self) -> list[FileDiff]:
-        return parse_diff(self.diff.decode('utf-8', 'replace'))
+        try:
+            return parse_diff(self.diff)
+        except QueueError as e:
+            raise QueueError(
+                f'{self.name}: git cannot read its diff ({e}). Materialize the '
+                'series, fix the commit, and `python -m flaxpq export`.') from e
 
     def upstream_body(self) -> str:
         """The body and the trailers other than ours (the upstream commit's)."""
@@ -83,17 +93,22 @@ def read(path: Path) -> Patch:
     mail = email.message_from_string(headers + '\n\n', policy=email.policy.default)
     subject = ' '.join(str(mail.get('Subject', '')).split())
     # git am stops the message at the first `---` line
-    lines = message.split('\n---\n', 1)[0].strip('\n').splitlines()
-    trailers: list[tuple[str, str]] = []
-    last = _last_paragraph(lines)
-    if last and all(_TRAILER.match(line) for line in lines[last:]):
-        for line in lines[last:]:
-            key, value = _TRAILER.match(line).groups()  # type: ignore[union-attr]
-            trailers.append((key, value.strip()))
-        lines = lines[:last]
+    message = message.split('\n---\n', 1)[0].strip('\n')
+    trailers = parse_trailers(f'{subject}\n\n{message}\n', path.parent)
+    lines = message.splitlines()
+    if trailers:  # they are the last paragraph
+        lines = lines[:_last_paragraph(lines)]
     while lines and not lines[-1].strip():
         lines.pop()
     return Patch(path.name, path, subject, lines, trailers, diff)
+
+
+def parse_trailers(message: str, cwd: Path) -> list[tuple[str, str]]:
+    """The trailers of a commit message as ``git interpret-trailers --parse``
+    finds them: (key, value), in order."""
+    parsed = git(cwd, 'interpret-trailers', '--parse', input=message).stdout
+    return [(key, value.strip()) for key, _, value in
+            (line.partition(':') for line in parsed.splitlines())]
 
 
 def _last_paragraph(lines: list[str]) -> int:
@@ -129,28 +144,28 @@ def dependencies(patches: list[Patch], patch: Patch) -> list[Patch]:
     return [p for p in patches if p.name in needed]
 
 
-def parse_diff(diff: str) -> list[FileDiff]:
-    """Added lines (with their new line numbers) and removed counts per file."""
-    files: list[FileDiff] = []
-    old_left = new_left = line_no = 0
-    for line in diff.splitlines():
-        if old_left or new_left:
-            if line.startswith('\\'):
-                continue
-            tag, text = line[:1], line[1:]
-            if tag == '+':
-                files[-1].added.append((line_no, text))
-                line_no, new_left = line_no + 1, new_left - 1
-            elif tag == '-':
-                old_left -= 1
-                files[-1].removed += 1
-            else:
-                line_no, old_left, new_left = line_no + 1, old_left - 1, new_left - 1
-        elif line.startswith('diff --git '):
-            files.append(FileDiff(line.split(' b/', 1)[-1]))
-        elif match := _HUNK.match(line):
-            old, start, new = match.groups()
-            old_left = 1 if old is None else int(old)
-            new_left = 1 if new is None else int(new)
-            line_no = int(start)
+@functools.cache
+def parse_diff(diff: bytes) -> list[FileDiff]:
+    """Each file of ``diff``: paths and counts from ``git apply --numstat``,
+    and its added lines with their new line numbers."""
+    if not diff:
+        return []
+    text = diff.decode('utf-8', 'replace')
+    fields = git(Path.cwd(), 'apply', '--numstat', '-z', input=text).stdout.split('\0')
+    files = []
+    for field in filter(None, fields):
+        _, removed, path = field.split('\t')
+        files.append(FileDiff(path, path, [], 0 if removed == '-' else int(removed)))
+    file = line_no = -1
+    for line in text.splitlines():
+        if line.startswith('diff --git '):
+            file, line_no = file + 1, -1  # no hunk of this file yet
+        elif line_no < 0 and line.startswith('rename from '):  # numstat names the new path
+            files[file].old_path = line.removeprefix('rename from ')
+        elif match := _HUNK_START.match(line):
+            line_no = int(match[1])
+        elif line_no >= 0 and line[:1] in ('+', ' ', ''):  # '': a context line stripped
+            if line[:1] == '+':
+                files[file].added.append((line_no, line[1:]))
+            line_no += 1
     return files
