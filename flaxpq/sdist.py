@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -35,20 +34,9 @@ OFFLINE_HELP = 'README.md, "Install offline"'
 _HOOK_VARIABLE_PREFIXES = ('_PYPROJECT_HOOKS_', 'UV_INTERNAL__')
 _HOOK_VARIABLES = frozenset({'PIP_BUILD_TRACKER', 'PIP_REQ_TRACKER'})
 
-# How pip -vv reports an index page it could not reach, and urllib3's and the
-# socket's words for why (in that line, or in pip's retry warnings).
-_UNREACHABLE = re.compile(
-    r'^Could not fetch URL (?P<url>\S+): (?P<reason>(?:connection error|'
-    r'There was a problem confirming the ssl certificate).*?)(?: - skipping)?$',
-    re.MULTILINE,
-)
-_NETWORK_ERROR = re.compile(
-    r'Failed to establish a new connection: [^"\')]*'
-    r'|Temporary failure in name resolution'
-    r'|Name or service not known|Network is unreachable|No route to host'
-    r'|Connection refused|Connection reset by peer|timed out'
-    r'|(?:Proxy|SSL)Error\([^)]*'
-)
+# pip's own lines about where it looked and why it failed: what a failed
+# download shows (its retries repeat one warning; the last one is enough).
+_PIP_SAYS = ('Looking in indexes:', 'Looking in links:')
 
 
 def sha256_of(path: Path) -> str:
@@ -136,62 +124,33 @@ def pip_download_args(pin: Pin) -> list[str]:
 
 def _pip_download(pin: Pin, dest: Path) -> Path:
     args = pip_download_args(pin)
-    # -vv: pip names an index it could not reach only in its debug output.
     result = subprocess.run(
-        [sys.executable, '-m', 'pip', *args, '-vv', '--dest', str(dest)],
+        [sys.executable, '-m', 'pip', *args, '--dest', str(dest)],
         capture_output=True, text=True, env=pip_environment(),
     )
     path = dest / pin.sdist
     if result.returncode == 0 and path.is_file():
         return path
-    output = f'{result.stdout}\n{result.stderr}'
-    offline = offline_cause(output)
-    if offline:
-        cause = offline
-        advice = (
-            f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
-            f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` '
-            'on a connected machine prints where it is), or place the file in '
-            f'{cache_dir()} (or set {CACHE_ENV} to a folder holding it).'
-        )
-    else:
-        cause = f'pip exited with {result.returncode}'
-        advice = f'To see all its output, run `python -m pip {shlex.join(args)}`.'
-    errors = error_lines(output) or tail(output, 10)
+    said = pip_said(f'{result.stdout}\n{result.stderr}')
     raise QueueError(
-        f'could not download {pin.sdist}: {cause}. pip said:\n'
-        f'{_indent(errors)}\n{advice}'
+        f'could not download {pin.sdist}: pip exited with {result.returncode}. pip said:\n'
+        f'{_indent(said)}\n'
+        f'Offline or behind a firewall? Build offline ({OFFLINE_HELP}): '
+        f'set {SDIST_ENV}=/path/to/{pin.sdist} (`python -m flaxpq fetch` '
+        'on a connected machine prints where it is), or place the file in '
+        f'{cache_dir()} (or set {CACHE_ENV} to a folder holding it). '
+        f'Otherwise, to see all of pip\'s output, run `python -m pip {shlex.join(args)}`.'
     )
 
 
-def offline_cause(output: str) -> str | None:
-    """Why pip -vv had no index to download from, if that is why it failed."""
-    if network := network_failure(output):
-        return f'pip could not reach the package index ({network})'
-    if 'Ignoring indexes:' in output:
-        return 'pip runs without a package index (--no-index or PIP_NO_INDEX)'
-    return None
-
-
-def network_failure(output: str) -> str | None:
-    """What pip says about the index it could not reach, if it could not."""
-    unreachable = list(_UNREACHABLE.finditer(output))
-    if unreachable:
-        url, reason = unreachable[-1]['url'], unreachable[-1]['reason']
-        short = _NETWORK_ERROR.findall(reason)
-        return f'{short[-1].strip() if short else reason} at {url}'
-    retries = [line for line in output.splitlines() if 'connection broken by' in line]
-    found = _NETWORK_ERROR.findall(retries[-1]) if retries else []
-    return found[-1].strip() if found else None
-
-
-def error_lines(output: str, lines: int = 5) -> str:
-    """The last ``ERROR:``/``error:`` lines of a pip run: its actual reasons."""
-    errors = [
-        line.strip() for line in output.splitlines()
-        if line.lstrip().lower().startswith('error:')
-    ]
-    return '\n'.join(errors[-lines:])
+def pip_said(output: str) -> str:
+    """pip's own lines of a failed run: where it looked, its last warning
+    (e.g. the connection that broke) and its errors; else its last lines."""
+    lines = [line.strip() for line in output.splitlines()]
+    looked = [line for line in lines if line.startswith(_PIP_SAYS)]
+    warned = [line for line in lines if line.startswith('WARNING:')][-1:]
+    errors = [line for line in lines if line.startswith('ERROR:')]
+    return '\n'.join([*looked, *warned, *errors] if warned or errors else lines[-10:])
 
 
 def tail(text: str, lines: int = 15) -> str:

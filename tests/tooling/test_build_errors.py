@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flaxpq import sdist
+from flaxpq import QueueError, sdist
 from flaxpq.project import REPO_ROOT, Project
 from tests.tooling.builds import hook_output
 from tests.tooling.helpers import make_patch
@@ -122,31 +122,56 @@ def test_the_nested_pip_gets_no_hook_variables(monkeypatch: pytest.MonkeyPatch) 
     assert kept.items() <= env.items()
 
 
-@pytest.mark.parametrize(('output', 'expected'), [
-    ('Could not fetch URL http://127.0.0.1:9/simple/flax/: connection error: '
-     '[Errno 111] Connection refused - skipping',
-     'Connection refused at http://127.0.0.1:9/simple/flax/'),
-    ("Could not fetch URL https://mirror.example/simple/flax/: connection error: "
-     "HTTPSConnectionPool(host='mirror.example', port=443): Max retries exceeded "
-     "with url: /simple/flax/ (Caused by NewConnectionError(\"HTTPSConnection("
-     "host='mirror.example', port=443): Failed to establish a new connection: "
-     "[Errno 101] Network is unreachable\")) - skipping",
-     'Failed to establish a new connection: [Errno 101] Network is unreachable '
-     'at https://mirror.example/simple/flax/'),
-    ("WARNING: Retrying (Retry(total=0, ...)) after connection broken by "
-     "'NameResolutionError(\"HTTPSConnection(host='x.invalid', port=443): Failed "
-     "to resolve 'x.invalid' ([Errno -2] Name or service not known)\")': /simple/flax/",
-     'Name or service not known'),
-    ('ERROR: Could not find a version that satisfies the requirement flax==0.12.12', None),
-    ('ERROR: Failed to build installable wheels for some pyproject.toml based '
-     'projects (setuptools-scm)\nsocket read timed out in a test log', None),
-])
-def test_offline_advice_only_for_network_failures(output: str, expected: str | None) -> None:
-    assert sdist.network_failure(output) == expected
-    offline = sdist.offline_cause(output)
-    assert offline == (expected and f'pip could not reach the package index ({expected})')
+PIP_OUTPUT = """Looking in indexes: http://127.0.0.1:9/simple
+Collecting flax==0.12.12
+WARNING: Retrying (Retry(total=1, ...)) after connection broken by 'NewConnectionError(...)': /simple/flax/
+WARNING: Retrying (Retry(total=0, ...)) after connection broken by 'NewConnectionError(\
+"HTTPConnection(host='127.0.0.1', port=9): Failed to establish a new connection: \
+[Errno 111] Connection refused")': /simple/flax/
+ERROR: Could not find a version that satisfies the requirement flax==0.12.12 (from versions: none)
+ERROR: No matching distribution found for flax==0.12.12
+"""
 
 
-def test_no_index_is_an_offline_cause_too() -> None:
-    assert 'without a package index' in sdist.offline_cause(
-        'Ignoring indexes: https://example.org/simple\nERROR: No matching distribution')
+def test_pip_said_is_where_pip_looked_its_last_warning_and_its_errors() -> None:
+    assert sdist.pip_said(PIP_OUTPUT).splitlines() == [
+        'Looking in indexes: http://127.0.0.1:9/simple',
+        "WARNING: Retrying (Retry(total=0, ...)) after connection broken by 'NewConnectionError("
+        '"HTTPConnection(host=\'127.0.0.1\', port=9): Failed to establish a new connection: '
+        '[Errno 111] Connection refused")\': /simple/flax/',
+        'ERROR: Could not find a version that satisfies the requirement flax==0.12.12 '
+        '(from versions: none)',
+        'ERROR: No matching distribution found for flax==0.12.12',
+    ]
+
+
+def test_pip_said_without_warnings_or_errors_is_its_last_lines() -> None:
+    output = ''.join(f'line {i}\n' for i in range(20))
+    assert sdist.pip_said(output).splitlines() == [f'line {i}' for i in range(10, 20)]
+
+
+def test_a_failed_download_shows_pips_lines_the_offline_recipe_and_the_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index refuses the connection (the discard port): pip's retry
+    warning names why, our advice says how to build offline."""
+    for name in [n for n in os.environ if n.startswith(('PIP_', 'FLAXPQ_'))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv('PIP_CONFIG_FILE', os.devnull)
+    monkeypatch.setenv('PIP_INDEX_URL', 'http://127.0.0.1:9/simple')
+    monkeypatch.setenv('PIP_RETRIES', '1')
+    monkeypatch.setenv('FLAXPQ_CACHE', str(tmp_path / 'empty-cache'))
+    with pytest.raises(QueueError) as error:
+        sdist.fetch(PIN)
+    first, *said = str(error.value).splitlines()
+    assert first == f'could not download {PIN.sdist}: pip exited with 1. pip said:'
+    assert said[0] == '  Looking in indexes: http://127.0.0.1:9/simple'
+    assert said[1].startswith('  WARNING: Retrying') and 'Connection refused' in said[1]
+    assert said[2].startswith('  ERROR: Could not find a version that satisfies')
+    advice = said[-1]
+    assert advice.startswith('Offline or behind a firewall? Build offline (README.md, '
+                             f'"Install offline"): set FLAXPQ_SDIST=/path/to/{PIN.sdist}')
+    assert str(tmp_path / 'empty-cache') in advice
+    assert advice.endswith("to see all of pip's output, run `python -m pip download --no-deps "
+                           '--only-binary=:all: --no-binary=flax --disable-pip-version-check '
+                           'flax==0.12.12`.')
