@@ -1,0 +1,167 @@
+"""Optimizer programs run under one flax; prints one JSON line of outcomes.
+
+Run as ``python -m tests.reliability.optimizer_rows`` with vanilla flax or
+ours first on the path; tests/reliability/test_optimizer_rows.py compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+EXPLICIT = (jax.sharding.AxisType.Explicit,) * 2
+Outcome = dict[str, Any]
+
+
+def is_variable(x: object) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+def kernels_only(params: Any) -> Any:
+    return jax.tree.map_with_path(lambda path, _: 'kernel' in str(path), params, is_leaf=is_variable)
+
+
+def error(e: BaseException) -> Outcome:
+    return {'error': type(e).__name__, 'message': str(e).split('\n')[0],
+            'notes': list(getattr(e, '__notes__', [])), 'context': e.__context__ is not None}
+
+
+def outcome(run: Callable[[], Outcome]) -> Outcome:
+    try:
+        return run()
+    except Exception as e:  # the outcome is what the test compares
+        return error(e)
+
+
+def spec(x: Any) -> list[Any] | None:
+    sharding = getattr(x, 'sharding', None)
+    return None if sharding is None else [str(e) for e in sharding.spec]
+
+
+def mismatches(optimizer: Any, model: Any) -> list[str]:
+    """State leaves with their parameter's shape but not its sharding."""
+    params = {path: v for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    found = []
+    for path, x in nnx.to_flat_state(nnx.state(optimizer.opt_state)):
+        for param_path, param in params.items():
+            value = x.get_value()
+            if (path[-len(param_path):] == param_path and getattr(value, 'shape', None) == param.shape
+                    and spec(value) != spec(param.get_value())):
+                found.append('/'.join(map(str, path)))
+    return found
+
+
+def masked_state() -> dict[str, Outcome]:
+    """A spmd_axis_name stack on an Explicit mesh: metadata ('a', None, 'b'),
+    arrays (None, None, 'b'), under optimizers that put optax.MaskedNode."""
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('a', 'b'), axis_types=EXPLICIT))
+
+    @nnx.vmap(in_axes=0, out_axes=0, spmd_axis_name='a')
+    def make(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(key), kernel_metadata={'out_sharding': (None, 'b')})
+
+    model = make(jax.random.split(jax.random.key(0), 2))
+    labels = lambda p: jax.tree.map(lambda k: 'k' if k else 'b', kernels_only(p))  # noqa: E731
+    optimizers = {
+        'masked': optax.masked(optax.adam(1e-3), kernels_only),
+        'chain_masked': optax.chain(optax.clip(1.0), optax.masked(optax.adam(1e-3), kernels_only)),
+        'multi_steps_masked': optax.MultiSteps(optax.masked(optax.adam(1e-3), kernels_only), 2),
+        'multi_transform': optax.multi_transform(
+            {'k': optax.adam(1e-3), 'b': optax.sgd(1e-3, momentum=0.9)}, labels),
+    }
+    return {name: outcome(lambda tx=tx: {'mismatches': mismatches(nnx.Optimizer(model, tx, wrt=nnx.Param), model)})
+            for name, tx in optimizers.items()}
+
+
+def python_scalar_param() -> Outcome:
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.w = nnx.Param(jnp.ones((3,)))
+            self.t = nnx.Param(0.5)
+
+    def run() -> Outcome:
+        model = Model()
+        optimizer = nnx.Optimizer(model, optax.adam(0.1), wrt=nnx.Param)
+        optimizer.update(model, nnx.grad(lambda m: (m.w[...] * m.t[...]).sum())(model))
+        return {'t': float(model.t[...]), 'w': [float(x) for x in model.w[...]]}
+
+    return outcome(run)
+
+
+def layer_name_not_a_mesh_axis() -> Outcome:
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('fsdp', 'tensor')))
+
+    @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: 'layers'})
+    def make(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(key), kernel_metadata={'out_sharding': ('fsdp', 'tensor')})
+
+    model = make(jax.random.split(jax.random.key(0), 2))
+    return outcome(lambda: {'built': type(nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)).__name__})
+
+
+def malformed_sharding_rules() -> Outcome:
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('a', 'b')))
+    return outcome(lambda: {'built': spec(nnx.Param(
+        jnp.ones((4, 8)), out_sharding=('x', 'b'), sharding_rules={'x': 'a'})[...])})
+
+
+def optimizer_sharding_that_does_not_fit() -> Outcome:
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('a', 'b')))
+
+    @nnx.vmap(in_axes=0, out_axes=0)
+    def make(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(key), kernel_metadata={'out_sharding': ('a', 'b')})
+
+    model = make(jax.random.split(jax.random.key(0), 2))
+    model.kernel.set_metadata(optimizer_sharding=('b', 'a'))
+    return outcome(lambda: {'built': type(nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)).__name__})
+
+
+def live_jit_abstract() -> Outcome:
+    """A 'layers'-named stack before the sharded init, on an Explicit mesh."""
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('layers', 'b'), axis_types=EXPLICIT))
+
+    @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: 'layers'})
+    def make(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(key), kernel_metadata={'out_sharding': (None, 'b')})
+
+    model = make(jax.random.split(jax.random.key(0), 2))
+    tx = optax.adam(1e-3)
+
+    def build(m: nnx.Linear) -> nnx.Optimizer:
+        return nnx.Optimizer(m, tx, wrt=nnx.Param)
+
+    def run() -> Outcome:
+        live = build(model)
+        jitted = nnx.jit(build)(model)
+        abstract = nnx.eval_shape(lambda: build(model))
+        abstract_model = nnx.eval_shape(lambda: make(jax.random.split(jax.random.key(0), 2)))
+        return {'param': spec(model.kernel.get_value()), 'live': spec(live.opt_state[0].mu['kernel'].get_value()),
+                'jit': spec(jitted.opt_state[0].mu['kernel'].get_value()),
+                'abstract': spec(abstract.opt_state[0].mu['kernel'].get_value()),
+                'abstract_param': spec(abstract_model.kernel.get_value())}
+
+    return outcome(run)
+
+
+ROWS: dict[str, Callable[[], Any]] = {
+    'masked_state': masked_state,
+    'python_scalar_param': python_scalar_param,
+    'layer_name_not_a_mesh_axis': layer_name_not_a_mesh_axis,
+    'malformed_sharding_rules': malformed_sharding_rules,
+    'optimizer_sharding_that_does_not_fit': optimizer_sharding_that_does_not_fit,
+    'live_jit_abstract': live_jit_abstract,
+}
+
+if __name__ == '__main__':
+    import flax
+    print(json.dumps({'flax': flax.__version__, **{name: row() for name, row in ROWS.items()}}))

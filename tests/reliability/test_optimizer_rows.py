@@ -1,0 +1,86 @@
+"""nnx.Optimizer side by side: vanilla flax 0.12.12 and ours on the same programs.
+
+Where vanilla is right (a Python-scalar parameter, a spec that names no mesh
+axis, malformed rules) ours gives its outcome, plus a note; where the
+metadata is stale (#5112) ours places each state leaf like its parameter.
+The programs are in tests/reliability/optimizer_rows.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flaxpq.project import REPO_ROOT
+
+
+def run_rows(vanilla: Path | None) -> dict[str, Any]:
+    path = [str(REPO_ROOT)] if vanilla is None else [str(vanilla), str(REPO_ROOT)]
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path), 'JAX_PLATFORMS': 'cpu',
+           'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+    result = subprocess.run([sys.executable, '-m', 'tests.reliability.optimizer_rows'],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope='module')
+def both(vanilla_flax: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    return run_rows(vanilla_flax), run_rows(None)
+
+
+def same_error(vanilla: dict[str, Any], ours: dict[str, Any]) -> None:
+    assert 'error' in vanilla, vanilla
+    assert (ours.get('error'), ours.get('message')) == (vanilla['error'], vanilla['message'])
+    assert not ours['context'], 'a note builder raised while handling the error'
+
+
+@pytest.mark.parametrize('optimizer', ['masked', 'chain_masked', 'multi_steps_masked', 'multi_transform'])
+def test_state_under_masked_node_placeholders_is_sharded_like_its_parameter(
+        both: tuple[dict[str, Any], dict[str, Any]], optimizer: str) -> None:
+    vanilla, ours = (report['masked_state'][optimizer] for report in both)
+    assert vanilla.get('error') or vanilla['mismatches'], 'vanilla no longer mis-shards this state'
+    assert ours == {'mismatches': []}
+
+
+def test_python_scalar_parameter_trains_as_on_vanilla(both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['python_scalar_param'] for report in both)
+    assert 'error' not in vanilla, vanilla
+    assert ours == vanilla
+
+
+def test_declared_name_that_is_no_mesh_axis_fails_at_the_optimizer(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['layer_name_not_a_mesh_axis'] for report in both)
+    same_error(vanilla, ours)
+    assert any("the optimizer state of the Param at 'kernel'" in note and "'layers' is not an axis" in note
+               for note in ours['notes']), ours['notes']
+
+
+def test_malformed_sharding_rules_fail_as_on_vanilla_with_a_note(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['malformed_sharding_rules'] for report in both)
+    same_error(vanilla, ours)
+    assert any("sharding_rules={'x': 'a'}" in note for note in ours['notes']), ours['notes']
+
+
+def test_optimizer_sharding_error_names_the_parameter_and_field(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['optimizer_sharding_that_does_not_fit'] for report in both)
+    same_error(vanilla, ours)
+    assert any("the optimizer state of the Param at 'kernel' of shape (2, 8, 16) with "
+               "optimizer_sharding=('b', 'a')" in note for note in ours['notes']), ours['notes']
+
+
+def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['live_jit_abstract'] for report in both)
+    assert vanilla['live'] != vanilla['param'], 'vanilla no longer mis-shards the live state'
+    assert ours['live'] == ours['jit'] == ours['param']
+    assert ours['abstract'] == ours['abstract_param']
