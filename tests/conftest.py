@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.registry import download_registry_wheel
+from tests.support.registry import download_registry_wheel
 
 
 @pytest.fixture(scope='session')

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from flaxpq.project import REPO_ROOT, Project
-from tests.e2e.checks import metadata_problems, optimizer_problems
+from tests.support.checks import VANILLA_BUG_CASES, metadata_problems, optimizer_problems
 
 PIN = Project().pin()
 
@@ -26,7 +26,7 @@ def run_scenario(name: str, arguments: dict[str, Any], vanilla: Path | None) -> 
     path = [str(REPO_ROOT)] if vanilla is None else [str(vanilla), str(REPO_ROOT)]
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path)}
     result = subprocess.run(
-        [sys.executable, '-m', 'tests.e2e.scenarios', name, json.dumps(arguments)],
+        [sys.executable, '-m', 'tests.support.scenarios', name, json.dumps(arguments)],
         env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -39,17 +39,10 @@ def problems(name: str, report: dict[str, Any]) -> list[str]:
     return found
 
 
-CASES = [
-    ('vmap_stack_with_optimizer', {'layers': 3}, 'IndivisibleError'),
-    ('vmap_stack_with_optimizer', {'layers': 4}, 'mis-sharded'),
-    ('vmap_stack_with_optimizer', {'layers': 4, 'axis_type': 'explicit'}, 'mis-sharded'),
-]
-
-
 # slow: a fresh process per flax per case; make test runs the same scenario
 # side by side in the oracle (test_e2e_regression_guards).
 @pytest.mark.slow
-@pytest.mark.parametrize(('name', 'arguments', 'vanilla_symptom'), CASES)
+@pytest.mark.parametrize(('name', 'arguments', 'vanilla_symptom'), VANILLA_BUG_CASES)
 def test_vanilla_shows_the_bug_and_ours_does_not(
     vanilla_flax: Path, name: str, arguments: dict[str, Any], vanilla_symptom: str
 ) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e import scenarios
-from tests.e2e.checks import metadata_problems, optimizer_problems
+from tests.support import scenarios
+from tests.support.checks import metadata_problems, optimizer_problems
 
 
 def run(name: str, **kwargs: object) -> dict:

@@ -405,7 +405,7 @@ def compare(program: Program, vanilla: Report, ours: Report) -> list[Divergence]
 
 def compare_scenario(program: Program, vanilla: Report, ours: Report) -> list[Divergence]:
     """A regression guard of tests/e2e/scenarios.py: ours right, and equal where vanilla ran."""
-    from tests.e2e.checks import metadata_problems, optimizer_problems
+    from tests.support.checks import metadata_problems, optimizer_problems
 
     v, o = vanilla['scenario'], ours['scenario']
     found: list[Divergence] = []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.e2e.test_side_by_side import CASES
 from tests.oracle.programs import DEFAULT, Apply, Leaf, Program, Spec, Stack
+from tests.support.checks import VANILLA_BUG_CASES
 
 ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
 W = (16, 32)
@@ -106,7 +106,7 @@ WORKAROUND_GAPS: dict[str, str] = {}
 SCENARIOS = [
     Program(f'scenario {name} {arguments}', custom=f'scenario:{name}',
             arguments=tuple(sorted(arguments.items())))
-    for name, arguments, _ in CASES
+    for name, arguments, _ in VANILLA_BUG_CASES
 ] + [
     Program('scenario logical_names_in_jit adafactor', custom='scenario:logical_names_in_jit',
             arguments=(('optimizer', 'adafactor'),)),

@@ -356,7 +356,7 @@ def program_context(program: Program) -> Iterator[jax.sharding.Mesh | None]:
 
 
 def run_scenario(program: Program) -> Report:
-    from tests.e2e import scenarios
+    from tests.support import scenarios
     return scenarios.run(program.custom.split(':', 1)[1], **dict(program.arguments))
 
 

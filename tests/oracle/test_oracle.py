@@ -24,12 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from tests.oracle import probes
 from tests.oracle.compare import Divergence, compare, compare_scenario, \
     compare_with_workaround, is_fixed
-from tests.oracle.conftest import Pair, expected_versions
 from tests.oracle.corpus import ROWS, SCENARIOS, WORKAROUND_GAPS
 from tests.oracle.programs import Program, apply_axis_entry, expected_metadata
 from tests.oracle.strategies import REQUIRED, families, programs
+from tests.support.workers import SELF_CHECK, Pair, expected_versions
 
-SELF_CHECK = os.environ.get('ORACLE_OURS') == 'vanilla'
 EXAMPLES = int(os.environ.get('ORACLE_EXAMPLES', '50'))
 RANDOM = os.environ.get('ORACLE_RANDOM') == '1'
 COLLECT = RANDOM or os.environ.get('ORACLE_COLLECT') == '1'  # all failures, no shrinking

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from flaxpq.project import REPO_ROOT
-from tests.oracle.conftest import SELF_CHECK, Pair
 from tests.oracle.programs import Program
+from tests.support.workers import SELF_CHECK, Pair
 
 NOT_IN_MESH = ['ValueError', "Resource axis: layers of P('layers', 'a', 'b') is not found in "
                "mesh: ('a', 'b')."]

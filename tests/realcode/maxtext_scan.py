@@ -7,7 +7,7 @@ itself (``metadata_axis_name`` at ``param_scan_axis``). This program builds
 such a stack of FSDP x tensor-parallel MLP blocks the way MaxText does (mesh
 set, logical axis rules in context), applies it with and without remat,
 builds ``nnx.Optimizer(optax.adam)`` and trains a few steps. It returns a
-JSON-able report (``tests.e2e.scenarios.describe`` plus losses and the
+JSON-able report (``tests.support.scenarios.describe`` plus losses and the
 optimizer state's sharding checked with ``is_equivalent_to``), so the test
 can run it under vanilla flax in a subprocess.
 
@@ -32,7 +32,7 @@ from flax import nnx  # noqa: E402
 from flax.core.spmd import logical_axis_rules  # noqa: E402
 from maxtext.layers import nnx_scan  # noqa: E402
 
-from tests.e2e.scenarios import describe, exact_mesh  # noqa: E402
+from tests.support.scenarios import describe, exact_mesh  # noqa: E402
 
 Report = dict[str, Any]
 MESH_SHAPE = (2, 4)  # Auto axes: MaxText's default shard_mode

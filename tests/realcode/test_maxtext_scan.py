@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from flaxpq.project import REPO_ROOT, Project
-from tests.e2e.checks import metadata_problems, optimizer_problems
+from tests.support.checks import metadata_problems, optimizer_problems
 from tests.realcode import maxtext_scan
 
 PIN = Project().pin()

@@ -38,8 +38,8 @@ def main(port: int, process_id: int, out_path: str, scenario_args: dict) -> None
         assert jax.local_device_count() == LOCAL_DEVICES, jax.local_devices()
         assert jax.device_count() == NUM_PROCESSES * LOCAL_DEVICES, jax.devices()
 
-        from tests.e2e import scenarios
-        from tests.e2e.scenarios import exact_mesh
+        from tests.support import scenarios
+        from tests.support.scenarios import exact_mesh
 
         report = scenarios.run('train_steps_keep_shardings', **scenario_args)
         mesh = exact_mesh((2, 4), ('fsdp', 'tensor'), 'auto')

@@ -37,8 +37,8 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.e2e import scenarios  # noqa: E402
-from tests.e2e.scenarios import exact_mesh  # noqa: E402
+from tests.support import scenarios  # noqa: E402
+from tests.support.scenarios import exact_mesh  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AXES = ('fsdp', 'tensor')

@@ -25,8 +25,8 @@ import orbax.checkpoint as ocp  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.e2e.scenarios import exact_mesh  # noqa: E402
-from tests.e2e import checks, scenarios  # noqa: E402
+from tests.support.scenarios import exact_mesh  # noqa: E402
+from tests.support import checks, scenarios  # noqa: E402
 
 LAYERS, WIDTH = 4, 16
 STEPS_BEFORE_SAVE, STEPS_AFTER_SAVE = 2, 2

@@ -20,7 +20,7 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.e2e import checks, scenarios  # noqa: E402
+from tests.support import checks, scenarios  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = 'tests.reliability.multiprocess_worker'

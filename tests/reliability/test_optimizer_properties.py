@@ -37,8 +37,8 @@ from hypothesis import HealthCheck, event, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.e2e.scenarios import exact_mesh  # noqa: E402
-from tests.e2e import scenarios  # noqa: E402
+from tests.support.scenarios import exact_mesh  # noqa: E402
+from tests.support import scenarios  # noqa: E402
 
 LAYERS, WIDTH = 4, 16
 Path_ = tuple[Any, ...]

@@ -18,9 +18,9 @@ import pytest
 
 from flaxpq import QueueError, sdist
 from flaxpq.project import REPO_ROOT, Project
+from tests.support.project_copy import copy_of_our_project
 from tests.tooling.builds import hook_output
 from tests.tooling.helpers import make_patch
-from tests.tooling.test_wheel import copy_of_our_project
 
 PIN = Project().pin()
 

@@ -8,7 +8,6 @@ not applied, or a build that drifts from upstream's, fails here.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -21,7 +20,8 @@ import pytest
 from packaging.version import Version
 
 from flaxpq.project import REPO_ROOT, Project
-from tests.registry import download_registry_wheel
+from tests.support.project_copy import copy_of_our_project
+from tests.support.registry import download_registry_wheel
 from tests.tooling.builds import build_requirements, run_ok
 from tests.tooling.helpers import make_patch, run
 
@@ -59,13 +59,6 @@ def build_with_pip(project_root: Path, out: Path) -> Path:
         '--wheel-dir', out, project_root)
     (wheel,) = out.glob('*.whl')
     return wheel
-
-
-def copy_of_our_project(queue: Project) -> None:
-    """Give a throwaway queue our backend, so pip can build it."""
-    shutil.copy(REPO_ROOT / 'pyproject.toml', queue.root)
-    shutil.copytree(REPO_ROOT / 'flaxpq', queue.root / 'flaxpq',
-                    ignore=shutil.ignore_patterns('__pycache__'))
 
 
 def differing(ours: dict[str, bytes], theirs: dict[str, bytes]) -> set[str]:

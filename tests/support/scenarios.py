@@ -6,7 +6,7 @@ shardings, their ``out_sharding`` metadata, ``nnx.get_partition_spec``, and the
 optimizer state's shardings. An exception is reported, not raised, so the
 side-by-side test can run the same scenario under vanilla flax.
 
-``python -m tests.e2e.scenarios NAME [ARGS_JSON]`` prints one report as JSON.
+``python -m tests.support.scenarios NAME [ARGS_JSON]`` prints one report as JSON.
 """
 
 from __future__ import annotations

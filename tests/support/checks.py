@@ -6,6 +6,16 @@ from typing import Any
 
 Report = dict[str, Any]
 
+# Scenarios of tests/support/scenarios.py where vanilla shows the bug, so
+# these checks find problems in its report: (scenario, arguments, vanilla's
+# symptom). Run under each flax by tests/e2e/test_side_by_side.py, and side
+# by side by the oracle (tests/oracle/corpus.py).
+VANILLA_BUG_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ('vmap_stack_with_optimizer', {'layers': 3}, 'IndivisibleError'),
+    ('vmap_stack_with_optimizer', {'layers': 4}, 'mis-sharded'),
+    ('vmap_stack_with_optimizer', {'layers': 4, 'axis_type': 'explicit'}, 'mis-sharded'),
+]
+
 
 def _padded(spec: list[Any] | None, ndim: int) -> list[Any] | None:
     return None if spec is None else list(spec) + [None] * (ndim - len(spec))
