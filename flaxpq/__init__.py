@@ -12,7 +12,8 @@ Modules, in the order the data flows:
     (``git format-patch``) the patch queue.
 * :mod:`flaxpq.patchfile` -- one patch: subject, body, our trailers, diff.
 * :mod:`flaxpq.checks` -- the invariants CI enforces on the queue.
-* :mod:`flaxpq.hooks` -- upstream's pre-commit hooks, tools from PyPI.
+* :mod:`flaxpq.hooks` -- upstream's pre-commit hooks: new findings only, blamed.
+* :mod:`flaxpq.precommit` -- pre-commit runs them from a ``repo: local`` config.
 * :mod:`flaxpq.upstream` -- the PR kit: one upstream branch per patch.
 * :mod:`flaxpq.wheel` -- build the patched ``flax`` wheel, stamping the label.
 * :mod:`flaxpq.backend` -- the PEP 517 in-tree build backend.

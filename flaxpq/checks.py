@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flaxpq import QueueError, gitqueue, patchfile
 from flaxpq import hooks as hooks_mod
+from flaxpq import precommit
 from flaxpq.project import Project
 
 # Patch headers (docs/maintainers.md): subjects as upstream writes them today
@@ -273,7 +274,7 @@ def upstream_hooks(project: Project, tree: Path, head: str,
     ``tree`` holding the series at ``head`` over the ``upstream`` tag."""
     bound = [p for p in patchfile.read_series(project) if p.upstream_bound]
     return hooks_mod.run(tree, gitqueue.UPSTREAM_TAG, head, bound,
-                         tools or hooks_mod.tools_dir(project))
+                         tools or precommit.tools_dir(project))
 
 
 @dataclasses.dataclass

@@ -124,7 +124,8 @@ def test_the_nested_pip_gets_no_hook_variables(monkeypatch: pytest.MonkeyPatch) 
 
 PIP_OUTPUT = """Looking in indexes: http://127.0.0.1:9/simple
 Collecting flax==0.12.12
-WARNING: Retrying (Retry(total=1, ...)) after connection broken by 'NewConnectionError(...)': /simple/flax/
+WARNING: Retrying (Retry(total=1, ...)) after connection broken by 'NewConnectionError(...)': \
+/simple/flax/
 WARNING: Retrying (Retry(total=0, ...)) after connection broken by 'NewConnectionError(\
 "HTTPConnection(host='127.0.0.1', port=9): Failed to establish a new connection: \
 [Errno 111] Connection refused")': /simple/flax/
