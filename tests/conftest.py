@@ -37,7 +37,7 @@ def vanilla_python(vanilla_flax: Path, tmp_path: Path) -> str:
     return str(wrapper)
 
 
-# Our rule (issue 25): a test that takes longer than this on an idle 2-core
+# Our rule: a test that takes longer than this on an idle 2-core
 # machine says why in its docstring. The run's end lists the tests over it
 # and marks those without a docstring; it does not fail the run, as load
 # stretches every duration.

@@ -1,4 +1,4 @@
-"""The oracle's fixed programs: the issue's rows and the e2e regression guards."""
+"""The oracle's fixed programs: user reports of #5112 and the e2e regression guards."""
 
 from __future__ import annotations
 
@@ -18,29 +18,29 @@ def vmap(partition: str | None = DEFAULT, size: int = 2) -> Stack:
 
 
 ROWS = [
-    Program('row1 P(a,b) vmap PARTITION_NAME=None', (leaf('pspec', 'a', 'b'),),
+    Program('P(a,b) vmap PARTITION_NAME=None', (leaf('pspec', 'a', 'b'),),
             (vmap(None),), consumers=ALL_CONSUMERS, optimizer='adam'),
-    Program('row2 unstacked short spec (a,)', (leaf('tuple', 'a'),),
+    Program('unstacked short spec (a,)', (leaf('tuple', 'a'),),
             consumers=ALL_CONSUMERS, optimizer='adam'),
-    Program('row2 MultiHeadAttention kernel (None, b)', custom='mha',
+    Program('MultiHeadAttention kernel (None, b)', custom='mha',
             consumers=ALL_CONSUMERS[:4]),
-    Program('row3 scan PARTITION_NAME=a inside shard_map', (leaf('tuple', None, 'b'),),
+    Program('scan PARTITION_NAME=a inside shard_map', (leaf('tuple', None, 'b'),),
             (vmap('a'),), apply=Apply('scan', 'a', shard_map=True)),
-    Program('row4 explicit mesh: vmap a, then scan a', (leaf('tuple', None, 'b'),),
+    Program('explicit mesh: vmap a, then scan a', (leaf('tuple', None, 'b'),),
             (vmap('a'),), mesh='explicit', apply=Apply('scan', 'a'),
             consumers=ALL_CONSUMERS, optimizer='adam'),
-    Program('row5 vmap layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
+    Program('vmap layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
             (vmap(),), apply=Apply('vmap', 'layers')),
-    Program('row5 scan layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
+    Program('scan layers over an unnamed stack', (leaf('tuple', 'a', 'b'),),
             (vmap(),), apply=Apply('scan', 'layers')),
-    Program('row6 short spec (a,) created in vmap', (leaf('tuple', 'a'),), (vmap(),),
+    Program('short spec (a,) created in vmap', (leaf('tuple', 'a'),), (vmap(),),
             consumers=ALL_CONSUMERS, optimizer='adam'),
-    Program('row7 jax.lax.scan stack, sharding_names by hand, Optimizer',
+    Program('jax.lax.scan stack, sharding_names by hand, Optimizer',
             (leaf('tuple', 'a', 'b'),), custom='lax_scan_sharding_names',
             consumers=('partition_spec',), optimizer='adam'),
 ]
 
-# Issue 17's families as fixed rows: bodies that map over a layer's and an
+# Bodies that map over a layer's and an
 # unmapped copy's state, update the layer, or call a function jitted outside.
 ROWS += [
     Program(f'body {wrap}: {stack} stack, {kind} {mode} {apply}',
@@ -83,7 +83,7 @@ ROWS += [
     for kind in ('vmap', 'scan')
     for mode, stack in (('graph', DEFAULT), ('graph', 'a'), ('tree', DEFAULT))
 ]
-# Found by the oracle (series v4): nnx.Optimizer built inside nnx.vmap on an
+# Found by the oracle: nnx.Optimizer built inside nnx.vmap on an
 # Explicit mesh, for a Param with no sharding metadata at all (ours raised
 # `is_fully_addressable is not implemented for AbstractMesh`); a copy or
 # optimizer state made in a tree-mode body over a named stack (ours gave it

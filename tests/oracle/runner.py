@@ -305,14 +305,14 @@ def run_consumers(program: Program, model: nnx.Module, init: Callable[[], nnx.Mo
 # Hand-written programs -------------------------------------------------------
 
 def mha(program: Program) -> nnx.Module:
-    """Row 2: MultiHeadAttention with a short kernel spec (None, 'b')."""
+    """MultiHeadAttention with a short kernel spec (None, 'b'), unstacked."""
     return nnx.MultiHeadAttention(num_heads=4, in_features=16, qkv_features=16,
                                   decode=False, rngs=nnx.Rngs(0),
                                   kernel_metadata={'out_sharding': (None, 'b')})
 
 
 def lax_scan_sharding_names(program: Program) -> nnx.Module:
-    """Row 7: a raw jax.lax.scan stack, metadata written by hand (MaxText's nnx_scan.py)."""
+    """A raw jax.lax.scan stack, metadata written by hand (MaxText's nnx_scan.py)."""
     leaves = program.leaves
 
     def one(carry: Any, seed: jax.Array) -> tuple[Any, Any]:

@@ -1,6 +1,6 @@
 """The compatibility oracle (docs/design.md, I0): vanilla 0.12.12 vs ours, same programs.
 
-Fixed rows (the issue's), the e2e regression guards, probes and hypothesis
+Fixed rows (user reports of #5112), the e2e regression guards, probes and hypothesis
 programs. ``ORACLE_OURS=vanilla`` runs vanilla as ours (the self-check, its
 own step of ``make test``): then only ``intended`` checks may fail, and every
 program with an intended difference must show one.

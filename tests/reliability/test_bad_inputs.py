@@ -1,4 +1,4 @@
-"""Deliverable 4: what our flax does with bad sharding inputs (docs/bad-inputs.md).
+"""What our flax does with bad sharding inputs (docs/bad-inputs.md).
 
 Every case below is one cell of the table in docs/bad-inputs.md: a bad input
 run on one flax, summarised as an outcome (the exception's type and message,
@@ -507,7 +507,7 @@ NOTES = {
 }
 
 
-# The note's advice fits the error (issue 23 rows 3-4).
+# The note's advice fits the error.
 ADVICE = {
     '2_create': "'bogus' is not an axis of the mesh, whose axes are ('fsdp', 'tensor')",
     '2_named_sharding': "'bogus' is not an axis of the mesh",

@@ -1,4 +1,4 @@
-"""Deliverable 2: Orbax round trip of a stacked, sharded model and its optimizer.
+"""Orbax round trip of a stacked, sharded model and its optimizer.
 
 Train a scan-over-layers model on a 2x4 mesh, save ``nnx.state`` of the model
 and its adamw ``nnx.Optimizer`` with ``orbax.checkpoint.StandardCheckpointer``,
@@ -105,10 +105,10 @@ def test_restore_and_continue(saved: Saved, mesh_name: str) -> None:
     np.testing.assert_allclose(losses, saved.losses_after_save, rtol=1e-5, atol=1e-6)
 
 
-# Issue 23 row 2: an Orbax save of a live optimizer restores into the abstract
+# An Orbax save of a live optimizer restores into the abstract
 # target of nnx.get_abstract_model with the live layout, leaf by leaf
-# (adafactor's factored moments included: series 4 restored them replicated on
-# an Explicit mesh; vanilla cannot build adafactor on a sharded model).
+# (adafactor's factored moments included, on an Explicit mesh too, not
+# replicated; vanilla cannot build adafactor on a sharded model).
 def sharded_linear() -> nnx.Linear:
     return nnx.Linear(8, 8, rngs=nnx.Rngs(0), kernel_init=nnx.with_partitioning(
         nnx.initializers.lecun_normal(), AXES), bias_init=nnx.with_partitioning(

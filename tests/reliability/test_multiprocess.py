@@ -1,4 +1,4 @@
-"""Deliverable 1: the scan-over-layers train step on 2 processes x 4 CPU devices.
+"""The scan-over-layers train step on 2 processes x 4 CPU devices.
 
 Two ``jax.distributed`` processes on 127.0.0.1 (gloo collectives) run the
 e2e scenario ``train_steps_keep_shardings`` on a 2x4 mesh spanning both; the

@@ -1,4 +1,4 @@
-"""Deliverable 3: invariant I4 over random optax transforms (hypothesis).
+"""Invariant I4 over random optax transforms (hypothesis).
 
 For random optax transforms (adam, adamw, sgd with momentum, lion, adafactor,
 clip_by_global_norm + adamw, inject_hyperparams(adam), and multi_transform /
@@ -11,7 +11,7 @@ building an ``nnx.Optimizer``:
 - gives every state leaf that mirrors a parameter (its path ends with the
   parameter's path and it has the parameter's shape) exactly the parameter's
   actual ``.sharding`` and the parameter's ``out_sharding`` metadata as
-  declared (v3 replaced that metadata by the array's current layout);
+  declared (not the array's current layout);
 - gives every other state leaf a valid sharding on the model's mesh, and no
   ``out_sharding`` metadata where its path ends with a parameter's path
   (a factored moment);

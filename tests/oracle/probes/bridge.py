@@ -1,4 +1,4 @@
-"""Bridged NNX Variables under Linen transforms (issue 18 rows 2 and 3, #5589).
+"""Bridged NNX Variables under Linen transforms (upstream google/flax#5589).
 
 ``nn.scan``/``nn.vmap`` over ``bridge.ToLinen`` stack the Variables;
 vanilla's ``NNXMeta.add_axis`` is a no-op, so their metadata (and
@@ -88,7 +88,7 @@ def _partition_spec_of_stack(name: str | None) -> Report:
 
 @probe(fixed=_named_problems)
 def partition_spec_of_stack_named_without_mesh_axis() -> Report:
-    """Row 2: 'layers' is a logical name, not an axis of the mesh."""
+    """'layers' is a logical name, not an axis of the mesh."""
     return _partition_spec_of_stack('layers')
 
 
@@ -99,7 +99,7 @@ def partition_spec_of_unnamed_stack() -> Report:
 
 @probe(fixed=_unnamed_problems)
 def sharded_init_of_abstract_stack() -> Report:
-    """Row 3: the Linen recipe for a sharded init, over bridged Variables."""
+    """The Linen recipe for a sharded init, over bridged Variables."""
     from flax import linen as nn
 
     model = _model(None)
@@ -116,7 +116,7 @@ def sharded_init_of_abstract_stack() -> Report:
 
 @probe(fixed=lambda r: _stacked_spec_problems(r, ['a', 'b']))
 def partition_spec_of_abstract_unstacked() -> Report:
-    """Row 3 without a transform: vanilla fails on abstract values already."""
+    """The sharded init's specs without a transform: vanilla fails on abstract values already."""
     from flax import linen as nn
 
     model = _model(None, transform=None)

@@ -1,4 +1,4 @@
-"""Sharding errors that nnx's own code meets (issue 18 row 4).
+"""Sharding errors that nnx's own code meets: JAX's exception, and our note.
 
 Ours adds a PEP 678 note naming the Variable (asserted inside the patch,
 tests/nnx/spmd_test.py); the exception's type and message stay JAX's, so
@@ -85,7 +85,7 @@ def eval_shape_spec_longer_than_rank() -> Report:
             jnp.ones((4, 8)), out_sharding=('a', 'b', None), eager_sharding=False)))
 
 
-# Issue 23 rows 3-4: the note's advice fits the error; type and message stay.
+# The note's advice fits the error; type and message stay.
 def _noted_error(call: Callable[[], Any]) -> Report:
     try:
         call()

@@ -1,4 +1,4 @@
-"""Issue 18's optimizer rows and the mirror rule (docs/design.md, I4).
+"""nnx.Optimizer's state and the mirror rule (docs/design.md, I4).
 
 A state leaf that mirrors a parameter (same shape, e.g. Adam's ``mu``) gets
 that parameter array's sharding and its sharding metadata as declared; where
@@ -78,17 +78,17 @@ def adam_after_sharded_init(model: nnx.Module) -> Report:
     return {'before': before, 'after': report(model, optimizer)}
 
 
-# Row 1, three forms of "layout declared, not yet applied": the sharded init
-# on model and optimizer shards Adam's mu like the kernel, as on vanilla (v3
-# had replaced mu's declared out_sharding by the kernel's current layout).
+# Three forms of "layout declared, not yet applied": the sharded init on
+# model and optimizer shards Adam's mu like the kernel, as on vanilla (mu
+# keeps its declared out_sharding, not the kernel's current layout).
 @probe()
-def row1_declared_with_eager_sharding_false() -> Report:
+def declared_with_eager_sharding_false() -> Report:
     with jax.set_mesh(mesh()):
         return adam_after_sharded_init(linear(nnx.Rngs(0), eager_sharding=False))
 
 
 @probe()
-def row1_declared_under_use_eager_sharding_false() -> Report:
+def declared_under_use_eager_sharding_false() -> Report:
     with jax.set_mesh(mesh()):
         with nnx.use_eager_sharding(False):
             model = linear(nnx.Rngs(0))
@@ -107,7 +107,7 @@ def named_stack_problems(r: Report) -> list[str]:
 
 
 @probe(fixed=named_stack_problems, same=('after',))
-def row1_declared_by_a_layers_named_stack() -> Report:
+def declared_by_a_layers_named_stack() -> Report:
     # vanilla resharded mu by the declared ('layers', 'a', 'b') at once, while
     # the kernel stays (None, 'a', 'b') until the sharded init applies it
     with jax.set_mesh(mesh(shape=(2, 2, 2), names=('layers', 'a', 'b'))):
@@ -230,7 +230,7 @@ def traced_in_jit_on_auto_mesh_follows_metadata() -> Report:
         return {'moved': report(model, optimizer), 'created': report(*build())}
 
 
-# Row 4 (optimizer part): optimizer_sharding one entry short on a stacked
+# optimizer_sharding one entry short on a stacked
 # parameter, among a hundred others. JAX's exception and message as on
 # vanilla; ours adds a note naming the state Variable.
 class Many(nnx.Module):
@@ -257,7 +257,7 @@ def short_optimizer_sharding() -> ValueError:
 
 
 @probe()
-def row4_short_optimizer_sharding_raises_jax_error() -> Report:
+def short_optimizer_sharding_raises_jax_error() -> Report:
     e = short_optimizer_sharding()
     message = str(e).splitlines()[0].split(' This error occurs at source')[0]
     return {'type': type(e).__name__, 'message': message}
@@ -270,11 +270,11 @@ def note_problems(r: Report) -> list[str]:
 
 
 @probe(fixed=note_problems)
-def row4_short_optimizer_sharding_note_names_the_variable() -> Report:
+def short_optimizer_sharding_note_names_the_variable() -> Report:
     return {'notes': '\n'.join(getattr(short_optimizer_sharding(), '__notes__', []))}
 
 
-# Issue 23 row 1: the state gets the parameter's partitioning, and the memory
+# The state gets the parameter's partitioning, and the memory
 # kind vanilla gives it: Optax's on an Explicit mesh, device on an Auto one.
 @probe()
 def parameter_offloaded_to_pinned_host() -> Report:
@@ -318,7 +318,7 @@ def optimizers_made_in_vmap_explicit() -> Report:
     return out
 
 
-# Issue 23 row 2: an abstract optimizer (nnx.eval_shape, get_abstract_model)
+# An abstract optimizer (nnx.eval_shape, get_abstract_model)
 # has the shardings of a live one, leaf by leaf, for the optimizers we cover.
 def optimizers() -> dict[str, optax.GradientTransformation]:
     # masks and labels made by mapping over the parameters, Variables and all

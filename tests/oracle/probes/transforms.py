@@ -1,4 +1,4 @@
-"""Issue 17's rows and their families: lifted transforms and the metadata.
+"""Lifted transforms and the sharding metadata of what they map, copy and make.
 
 Mesh ``(2, 4)`` ``('a', 'b')`` (Auto unless said), per-layer kernels
 ``(4, 8)`` declared ``('a', 'b')`` or ``(None, 'b')``.
@@ -60,7 +60,7 @@ def stacked_problems(*kernels: Report) -> list[str]:
     return problems
 
 
-# Row 1: pytree ops between mapped and unmapped Variables inside a body.
+# Pytree ops between mapped and unmapped Variables inside a body.
 @probe()
 def tree_map_mapped_and_shared_in_scan() -> Report:
     with jax.set_mesh(mesh()):
@@ -76,7 +76,7 @@ def tree_map_mapped_and_shared_in_scan() -> Report:
     return {'total': digest(total)}
 
 
-# Row 2: nothing of the bookkeeping shows inside a body.
+# Nothing of the bookkeeping shows inside a body.
 @probe()
 def metadata_seen_inside_scan_body() -> Report:
     seen: dict[str, Any] = {}
@@ -96,7 +96,7 @@ def metadata_seen_inside_scan_body() -> Report:
     return seen
 
 
-# Row 3: one jitted function, inside and outside a transform: one trace.
+# One jitted function, inside and outside a transform: one trace.
 @probe()
 def jitted_layer_inside_and_outside_scan() -> Report:
     traces = []
@@ -120,7 +120,7 @@ def jitted_layer_inside_and_outside_scan() -> Report:
     return {'traces': len(traces), 'y': digest(y)}
 
 
-# Row 4: the decorator under jit, used under nnx.vmap and under jax.vmap.
+# The decorator under jit, used under nnx.vmap and under jax.vmap.
 def decorated_create(graph: bool) -> Any:
     @nnx.transform_metadata(in_axes=0, out_axes=0, partition='a', graph=graph)
     def create(key: jax.Array) -> nnx.Linear:
@@ -182,7 +182,7 @@ def decorator_flip_recipe_graph_mode() -> Report:
     return out
 
 
-# Row 5: the decorator under jax.vmap inside a default nnx.vmap over layers.
+# The decorator under jax.vmap inside a default nnx.vmap over layers.
 def experts_in_layers_problems(r: Report) -> list[str]:
     return stacked_problems(r['kernel']) + (
         [] if r['kernel']['out_sharding'][1][:2] == [None, 'expert'] else
@@ -204,7 +204,7 @@ def decorator_under_jax_vmap_inside_nnx_vmap() -> Report:
     return {'kernel': kernel(model)}
 
 
-# Row 6: nnx.update inside an unnamed vmap over a 'layers'-named stack.
+# nnx.update inside an unnamed vmap over a 'layers'-named stack.
 def named_kept_problems(r: Report) -> list[str]:
     found = r['kernel']['out_sharding'][1]
     return [] if found == ['layers', 'a', None] else [f'out_sharding {found}']
@@ -225,7 +225,7 @@ def update_in_body_keeps_named_entry() -> Report:
     return {'kernel': kernel(layers), 'values': digest(layers.kernel[...])}
 
 
-# Row 7: copies with in_axes != out_axes; the default equals an explicit None.
+# Copies with in_axes != out_axes; the default equals an explicit None.
 def copies_problems(r: Report) -> list[str]:
     problems = stacked_problems(r['default'], r['explicit'], r['rebuilt'])
     if r['default'] != r['explicit']:
@@ -263,7 +263,7 @@ def copy_with_other_out_axes_explicit_none() -> Report:
             'sharding': sharding(copy.get_value())}
 
 
-# Row 8: named mode treats optimizer_sharding as vanilla does.
+# Named mode treats optimizer_sharding as vanilla does.
 @probe()
 def named_scan_leaves_optimizer_sharding_alone() -> Report:
     seen: dict[str, Any] = {}
@@ -284,7 +284,7 @@ def named_scan_leaves_optimizer_sharding_alone() -> Report:
             'y': digest(y)}
 
 
-# Row 9: tree mode honours a PARTITION_NAME for the Variables it creates.
+# Tree mode honours a PARTITION_NAME for the Variables it creates.
 def tree_named_problems(r: Report) -> list[str]:
     found = r['created'][1]
     return [] if found == ['layers', 'a', 'b'] else [f'created {found}']
@@ -311,7 +311,7 @@ def tree_mode_named_create_and_apply() -> Report:
             'apply_kept_metadata': spec(model.kernel.out_sharding) == created}
 
 
-# Rows 10 and 11: spmd_axis_name names and shards the stacked axis.
+# spmd_axis_name names and shards the stacked axis.
 def spmd_problems(r: Report) -> list[str]:
     return stacked_problems(*r.values()) + [
         f'{name}: layer axis not sharded: {k["sharding"]}'
@@ -330,7 +330,7 @@ def spmd_axis_name_under_jit_auto() -> Report:
                           'axis': 'a'}}
 
 
-# Series v5: spmd_axis_name names the axis on Explicit meshes and moves no data
+# spmd_axis_name names the axis on Explicit meshes and moves no data
 # (JAX does not batch reshard along it): metadata stacked, arrays as vanilla.
 def spmd_named_problems(r: Report) -> list[str]:
     return [f'{name}: {k["out_sharding"]}' for name, k in r.items()
@@ -389,7 +389,7 @@ def nested_vmap_in_vmap() -> Report:
     return {'kernel': kernel(model), 'values': digest(model.kernel[...])}
 
 
-# Breaks found by fresh eyes (session 4), now rows.
+# Breaks a review of the fix found, kept as probes.
 @probe()
 def length1_spec_survives_a_forward_pass() -> Report:
     traces = []
@@ -426,7 +426,7 @@ def spmd_axis_name_with_named_sharding_metadata() -> Report:
     return {'sharding': sharding(w.get_value())}
 
 
-# Issue 22 (series v5): the stacked axis's entry follows the data.
+# The stacked axis's entry follows the data: copies, gradients, optimizer state.
 def sharded_init(node: Any, mesh_: jax.sharding.Mesh) -> None:
     """The flax_gspmd guide's recipe: put each array where its metadata says."""
     state = nnx.state(node)
@@ -439,7 +439,7 @@ def named_stack(name: Any = 'a', size: int = 2) -> nnx.Linear:
     return stack(size, (None, 'b'), transform_metadata={nnx.PARTITION_NAME: name})
 
 
-# Row 1: a copy of a named stack through default transforms keeps the name.
+# A copy of a named stack through default transforms keeps the name.
 @probe()
 def named_stack_copied_through_default_transforms() -> Report:
     out: Report = {}
@@ -460,7 +460,7 @@ def named_stack_copied_through_default_transforms() -> Report:
     return out
 
 
-# Row 2: ensemble gradients under nnx.jit keep the name; tree ops line up.
+# Ensemble gradients under nnx.jit keep the name; tree ops line up.
 @probe()
 def ensemble_gradients_keep_the_name() -> Report:
     with nnx.use_eager_sharding(False):
@@ -482,7 +482,7 @@ def ensemble_gradients_keep_the_name() -> Report:
 
 
 # The decorator through NNX's autodiff wrappers under a default nnx.vmap over
-# a stack it names (nnxaxis.5 raised `Expected to remove 'a' ...`).
+# a stack it names: no `Expected to remove 'a' ...` from the default call.
 @probe()
 def decorator_through_grad_and_remat() -> Report:
     out: Report = {}
@@ -510,7 +510,7 @@ def decorator_through_grad_and_remat() -> Report:
     return out
 
 
-# Issue 23, row 5: an error raised in a default transform's body about a
+# An error raised in a default transform's body about a
 # mapped Variable's spec names the spec the body sees, the per-layer one
 # (vanilla: the stacked one); same exception type (README, Compatibility).
 def body_error_problems(r: Report) -> list[str]:
@@ -537,7 +537,7 @@ def error_in_a_body_names_the_per_layer_spec() -> Report:
     return out
 
 
-# Row 3: optimizer_sharding of layers created under a named (or None) vmap.
+# optimizer_sharding of layers created under a named (or None) vmap.
 def optimizer_sharding_problems(r: Report) -> list[str]:
     return [f'{form}: optimizer_sharding {k["optimizer_sharding"]} on {k["shape"]}'
             for form, k in r.items()
@@ -562,7 +562,7 @@ def optimizer_sharding_of_named_create() -> Report:
     return out
 
 
-# Row 4: nnx.transform_metadata used alone on a stack with another name.
+# nnx.transform_metadata used alone on a stack with another name.
 @probe(raises="ValueError: Expected to remove 'layers'")
 def decorator_alone_on_another_name() -> Report:
     with nnx.use_eager_sharding(False):
@@ -573,7 +573,7 @@ def decorator_alone_on_another_name() -> Report:
     return {'after': spec(layers.kernel.out_sharding)}
 
 
-# Row 5: the decorator through functools.partial with a short spec.
+# The decorator through functools.partial with a short spec.
 @probe()
 def decorator_through_partial_short_spec() -> Report:
     def create(key: jax.Array) -> nnx.Linear:
@@ -588,7 +588,7 @@ def decorator_through_partial_short_spec() -> Report:
     return {'kernel': kernel(model)}
 
 
-# Row 6: spmd_axis_name whose mesh axis the per-layer spec uses already.
+# spmd_axis_name whose mesh axis the per-layer spec uses already.
 def kernel_problems(r: Report) -> list[str]:
     return stacked_problems(r['kernel'])
 
@@ -604,7 +604,7 @@ def spmd_axis_name_spec_uses_the_axis_explicit() -> Report:
             'sharding': sharding(value), 'values': digest(value)}
 
 
-# Row 7: pipeline stages from spmd_axis_name on an Explicit mesh, run by nnx.scan.
+# Pipeline stages from spmd_axis_name on an Explicit mesh, run by nnx.scan.
 def stages_problems(r: Report) -> list[str]:
     found = r['stages'][1]
     return [] if found[:1] == ['stage'] and len(found) == 3 else [f'stages {found}']
@@ -624,8 +624,8 @@ def spmd_axis_name_stages_then_scan_explicit() -> Report:
             'sharding': sharding(stages.kernel.get_value()), 'y': digest(y)}
 
 
-# Rows 8 and 9 are inherent (array ops cannot see metadata); the README's
-# recipe runs on vanilla with the documented workaround and on ours.
+# Array ops on a stacked state keep its metadata (they cannot see it); the
+# README's recipe runs on vanilla with the documented workaround and on ours.
 def unstack_slice(state: Any) -> Any:
     """Slice 0 of a stacked state, its metadata one entry shorter."""
     return nnx.spmd.remove_axis(jax.tree.map(lambda a: a[0], state), 0,
