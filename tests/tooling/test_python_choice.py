@@ -19,7 +19,7 @@ import pytest
 from flaxpq.project import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / 'benchmarks'))
-import run as bench  # noqa: E402
+import environments  # noqa: E402
 
 FIND_PYTHON = REPO_ROOT / 'scripts' / 'find-python'
 VENV = REPO_ROOT / 'scripts' / 'venv'
@@ -141,9 +141,9 @@ def test_a_changed_python_makes_the_benchmark_venvs_anew(machine: tuple[Path, Pa
     first = stub(bin_dir / 'python3.12', 12)
     second = stub(bin_dir / 'python3.13', 13)
     venv = bin_dir.parent / 'venv-ours'
-    python, ready = bench._make_venv(str(first), venv, rebuild=False)
-    assert not ready and bench.base_interpreter(python) == str(first)
+    python, ready = environments.make_venv(str(first), venv, rebuild=False)
+    assert not ready and environments.base_interpreter(python) == str(first)
     (venv / '.ready').touch()
-    assert bench._make_venv(str(first), venv, rebuild=False) == (python, True)
-    assert bench._make_venv(str(second), venv, rebuild=False) == (python, False)
-    assert bench.base_interpreter(python) == str(second)
+    assert environments.make_venv(str(first), venv, rebuild=False) == (python, True)
+    assert environments.make_venv(str(second), venv, rebuild=False) == (python, False)
+    assert environments.base_interpreter(python) == str(second)

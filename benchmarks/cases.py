@@ -1,0 +1,257 @@
+"""The cases of a benchmark run and how they run.
+
+Each case is one measured program (``memory.py``, ``collectives.py``,
+``overhead.py``; each prints one JSON line per case) under one of the two
+interpreters, in a variant (plain, or vanilla's documented workaround), at a
+number of layers, on 8 simulated CPU devices. The full mode runs every case
+in its own process, one at a time, ours and vanilla alternating; the smoke
+mode runs all cases of an interpreter in one ``batch.py`` process, both
+interpreters at once. ``instructions.py`` counts the main thread's
+instructions under callgrind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROGRAM_TIMEOUT = 1800
+
+# (label, interpreter key, variant). Vanilla without the workaround may raise;
+# every other run must succeed.
+RUNS = (
+    ('ours', 'ours', 'plain'),
+    ('ours+workaround', 'ours', 'workaround'),
+    ('vanilla+workaround', 'vanilla', 'workaround'),
+    ('vanilla (no workaround)', 'vanilla', 'plain'),
+)
+MAY_FAIL = {'vanilla (no workaround)'}
+OVERHEAD_RUNS = (('ours', 'ours', 'plain'), ('vanilla+workaround', 'vanilla', 'workaround'))
+# Instructions of the main thread under callgrind (instructions.py): the
+# steady counterpart of the wall-time targets (compilation is XLA's, the same
+# program in both, and reported without a target).
+INSTRUCTIONS = ('create', 'scan_trace', 'scan_compile', 'optimizer')
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of one benchmark mode."""
+
+    mode: str
+    layers: int            # memory and collectives (divisible by 4: vanilla runs)
+    width: int
+    indivisible_layers: int | None  # vanilla without workaround, expected to raise
+    overhead_layers: int   # the headline overhead figures
+    overhead_width: int
+    scaling_layers: tuple[int, ...]     # one stack: array sizes grow, 4 Variables
+    variable_scaling: tuple[int, ...]   # layers in stacks of group_size: Variables grow
+    group_size: int
+    repeats: int           # timed runs per overhead process
+    rounds: int            # overhead processes per run and L, ours/vanilla alternating
+    warmup: int
+    one_process_per_case: bool  # else one process per interpreter (batch.py)
+    workers: int           # programs run at once (timings need 1)
+    instruction_cases: tuple[str, ...]  # 'layers[:groups]' counted under callgrind
+    instruction_repeats: int
+
+
+FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
+              overhead_layers=64, overhead_width=64, scaling_layers=(8, 32, 128),
+              variable_scaling=(8, 32, 128), group_size=4,
+              repeats=3, rounds=4, warmup=1, one_process_per_case=True, workers=1,
+              instruction_cases=('64', '32:8'), instruction_repeats=3)
+# No instruction counts in smoke mode: jax under valgrind takes minutes even
+# at these sizes (802 s at load 8); the test suite checks the counting itself
+# on a jax-free program (tests/e2e/test_benchmarks_smoke.py).
+SMOKE = Config(mode='smoke', layers=4, width=16, indivisible_layers=None,
+               overhead_layers=4, overhead_width=16, scaling_layers=(2, 4),
+               variable_scaling=(4, 8), group_size=2,
+               repeats=1, rounds=1, warmup=0, one_process_per_case=False, workers=2,
+               instruction_cases=(), instruction_repeats=1)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a program, a labelled run (interpreter + variant), L."""
+
+    program: str
+    label: str
+    layers: int
+    round: int = 0
+    groups: int = 1
+
+    @property
+    def spec(self) -> str:
+        """``variant:layers[:groups]``, the programs' case syntax."""
+        suffix = f':{self.groups}' if self.groups != 1 else ''
+        return f'{self.variant}:{self.layers}{suffix}'
+
+    @property
+    def title(self) -> str:
+        stacks = f' in {self.groups} stacks' if self.groups != 1 else ''
+        return f'{self.program} {self.label} L={self.layers}{stacks}'
+
+    @property
+    def interpreter(self) -> str:
+        return LABELS[self.label][0]
+
+    @property
+    def variant(self) -> str:
+        return LABELS[self.label][1]
+
+
+LABELS = {label: (key, variant) for label, key, variant in RUNS}
+
+
+def plan(config: Config) -> list[Case]:
+    """Every case of ``config``, in the order they run."""
+    cases = [Case('memory', label, config.layers) for label, _, _ in RUNS]
+    if config.indivisible_layers is not None:
+        cases.append(Case('memory', 'vanilla (no workaround)', config.indivisible_layers))
+    cases += [Case('collectives', label, config.layers) for label, _, _ in RUNS]
+    for layers in sorted({config.overhead_layers, *config.scaling_layers}):
+        cases += [Case('overhead', label, layers, round_)
+                  for round_ in range(config.rounds) for label, _, _ in OVERHEAD_RUNS]
+    for layers in config.variable_scaling:
+        cases += [Case('overhead', label, layers, round_, layers // config.group_size)
+                  for round_ in range(config.rounds) for label, _, _ in OVERHEAD_RUNS]
+    return cases
+
+
+def program_options(program: str, config: Config) -> dict[str, Any]:
+    if program == 'overhead':
+        return {'width': config.overhead_width, 'repeats': config.repeats,
+                'warmup': config.warmup}
+    return {'width': config.width}
+
+
+def run_program(python: str, program: str, prefix: tuple[str, ...] = (),
+                env: dict[str, str] | None = None, **options: Any) -> list[dict[str, Any]]:
+    """Run ``benchmarks/<program>.py`` under ``python`` (after ``prefix``); its JSON lines."""
+    env = dict(os.environ, JAX_PLATFORMS='cpu',
+               XLA_FLAGS='--xla_force_host_platform_device_count=8', **(env or {}))
+    command = [*prefix, python, str(BENCH_DIR / f'{program}.py')]
+    for name, value in options.items():
+        command += [f'--{name.replace("_", "-")}', str(value)]
+    completed = subprocess.run(command, env=env, cwd=BENCH_DIR, capture_output=True,
+                               text=True, timeout=PROGRAM_TIMEOUT)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith('{')]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(f'{" ".join(command)} exited {completed.returncode}:\n'
+                           f'{completed.stderr[-3000:]}')
+    return [json.loads(line) for line in lines]
+
+
+def run_cases(cases: list[Case], pythons: dict[str, str], config: Config,
+              progress: bool = False) -> dict[Case, dict[str, Any]]:
+    """Run ``cases`` (grouped into processes per ``config``); result per case."""
+    if config.one_process_per_case:
+        groups = [[case] for case in cases]
+    else:
+        by_interpreter: dict[str, list[Case]] = {}
+        for case in cases:
+            by_interpreter.setdefault(case.interpreter, []).append(case)
+        groups = list(by_interpreter.values())
+
+    def run_group(group: list[Case]) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        python = pythons[group[0].interpreter]
+        if len(group) == 1:
+            case = group[0]
+            output = run_program(python, case.program, cases=case.spec,
+                                 **program_options(case.program, config))
+        else:
+            spec = ','.join(f'{case.program}:{case.spec}' for case in group)
+            output = run_program(python, 'batch', cases=spec, width=config.width,
+                                 overhead_width=config.overhead_width,
+                                 repeats=config.repeats, warmup=config.warmup)
+        if progress:
+            names = ', '.join(case.title for case in group)
+            print(f'  {time.perf_counter() - start:6.1f} s  {names}', file=sys.stderr,
+                  flush=True)
+        return output
+
+    with ThreadPoolExecutor(max_workers=config.workers) as pool:
+        outputs = list(pool.map(run_group, groups))
+    results: dict[Case, dict[str, Any]] = {}
+    for group, output in zip(groups, outputs):
+        for case, result in zip(group, output, strict=True):
+            if not result['ok'] and case.label not in MAY_FAIL:
+                raise RuntimeError(
+                    f'{case.title} failed: '
+                    f'{result["error"]}')
+            results[case] = {'label': case.label, **result}
+    return results
+
+
+def instructions_unavailable() -> str | None:
+    """Why the callgrind counts cannot run here, or None if they can."""
+    missing = [tool for tool in ('valgrind', 'gcc')
+               if shutil.which(tool) is None]
+    return f'not found on PATH: {", ".join(missing)}' if missing else None
+
+
+def compile_marks(directory: Path) -> Path:
+    """``callgrind_marks.c`` compiled with gcc into ``directory``; the library."""
+    marks = directory / 'callgrind_marks.so'
+    subprocess.run(['gcc', '-O1', '-shared', '-fPIC', '-o', str(marks),
+                    str(BENCH_DIR / 'callgrind_marks.c')], check=True)
+    return marks
+
+
+CALLGRIND = ('valgrind', '-q', '--tool=callgrind', '--instr-atstart=no',
+             '--separate-threads=yes', '--trace-children=yes')
+
+
+def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
+    """Main-thread instruction counts (``instructions.py`` under callgrind).
+
+    ``{case: {label: {'instructions': {operation: counts}}, 'ratios': {...}}}``
+    with ratios of the medians ours / vanilla+workaround; or ``{'skipped': why}``.
+    Both interpreters run at once: counts do not depend on the machine's load.
+    """
+    reason = instructions_unavailable()
+    if reason is not None:
+        return {'skipped': reason}
+
+    def count(label: str, key: str, variant: str, marks: Path) -> list[dict[str, Any]]:
+        with tempfile.TemporaryDirectory() as out_dir:
+            # --trace-children: the interpreter may be a wrapper script that
+            # execs Python (the smoke test's vanilla one); %p is its pid.
+            prefix = (*CALLGRIND, f'--callgrind-out-file={out_dir}/callgrind.out.%p')
+            cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
+            rows = run_program(pythons[key], 'instructions', prefix=prefix,
+                               env={'PYTHONHASHSEED': '0'}, cases=cases,
+                               width=config.overhead_width,
+                               repeats=config.instruction_repeats, warmup=1, out_dir=out_dir,
+                               marks=marks)
+        for row in rows:
+            if not row['ok']:
+                raise RuntimeError(f'instructions failed for {label}: {row["error"]}')
+        return rows
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as build_dir, ThreadPoolExecutor(max_workers=2) as pool:
+        marks = compile_marks(Path(build_dir))
+        outputs = dict(zip(
+            (label for label, _, _ in OVERHEAD_RUNS),
+            pool.map(lambda run: count(*run, marks), OVERHEAD_RUNS)))
+    table: dict[str, Any] = {'seconds': time.perf_counter() - start}
+    for index, case in enumerate(config.instruction_cases):
+        entry: dict[str, Any] = {label: rows[index] for label, rows in outputs.items()}
+        ours, vanilla = (entry[label]['instructions'] for label, _, _ in OVERHEAD_RUNS)
+        entry['ratios'] = {name: statistics.median(ours[name]) / statistics.median(vanilla[name])
+                           for name in INSTRUCTIONS}
+        table[case] = entry
+    return table
