@@ -56,12 +56,21 @@ Entry = None | str | tuple[str, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    form: str  # 'tuple' | 'list' | 'pspec'
+    """A sharding-like metadata value; as JSON ``{'form', 'entries'}`` everywhere
+    (programs, the runner's reports, the model's expectations)."""
+    form: str  # 'tuple' | 'list' | 'pspec' (a report may name another type)
     entries: tuple[Entry, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {'type': self.form, 'entries': [list(e) if isinstance(e, tuple) else e
+        return {'form': self.form, 'entries': [list(e) if isinstance(e, tuple) else e
                                                for e in self.entries]}
+
+    @staticmethod
+    def from_json(spec: dict[str, Any] | None) -> Spec | None:
+        if spec is None:
+            return None
+        return Spec(spec['form'], tuple(tuple(e) if isinstance(e, list) else e
+                                        for e in spec['entries']))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,11 +154,7 @@ class Program:
 
 def program_from_json(text: str) -> Program:
     d = json.loads(text)
-
-    def spec(s: dict | None) -> Spec | None:
-        return None if s is None else Spec(s['form'], tuple(
-            tuple(e) if isinstance(e, list) else e for e in s['entries']))
-
+    spec = Spec.from_json
     leaves = tuple(Leaf(l['name'], tuple(l['shape']), spec(l['spec']), l['key'],
                         spec(l['optimizer_spec']), spec(l['extra_spec']), l['local_rules'])
                    for l in d['leaves'])
@@ -189,12 +194,14 @@ def _mesh_axes(entries: Any) -> set[Any]:
     return axes - {None}
 
 
-def _vanilla_insert(spec: Spec, index: int, value: Entry) -> Spec:
+def _insert(spec: Spec, index: int, value: Entry, form: str) -> Spec:
+    """``spec`` as ``form`` with ``value`` inserted at ``index``, padded with None
+    up to a positive index (a negative one: list.insert's, no padding)."""
     entries = list(spec.entries)
-    while len(entries) < index:  # no padding for a negative index: list.insert's
+    while len(entries) < index:
         entries.append(None)
     entries.insert(index, value)
-    return Spec('tuple', tuple(entries))
+    return Spec(form, tuple(entries))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,18 +231,14 @@ class Call:
         return Spec('tuple' if self.flax == 'vanilla' else spec.form, tuple(entries))
 
     def _insert(self, spec: Spec, value: Entry, rank: int) -> Spec:
-        if self.flax == 'vanilla':
-            return _vanilla_insert(spec, self.axis, value)
-        entries = list(spec.entries)
-        if self.inferred and len(entries) > rank:
+        if self.flax == 'vanilla':  # at the raw index, as a tuple
+            return _insert(spec, self.axis, value, 'tuple')
+        if self.inferred and len(spec.entries) > rank:
             return spec
-        if self.inferred and _mesh_axes([value]) & _mesh_axes(entries):
+        if self.inferred and _mesh_axes([value]) & _mesh_axes(spec.entries):
             value = None  # a mesh axis is named once per spec
         axis = self.axis + rank + 1 if self.axis < 0 else self.axis
-        while len(entries) < axis:
-            entries.append(None)
-        entries.insert(axis, value)
-        return Spec(spec.form, tuple(entries))
+        return _insert(spec, axis, value, spec.form)
 
     def inside(self, fields: Fields) -> Fields:
         """A mapped Variable's fields as the body sees them (raises ``RemoveError``)."""
@@ -336,14 +339,6 @@ def leaf_fields(leaf: Leaf) -> Fields:
             EXTRA_KEY: leaf.extra_spec}
 
 
-def spec_from_json(spec: dict[str, Any] | None) -> Spec | None:
-    """A report's (or ``Spec.to_json``'s) ``{'type', 'entries'}`` as a Spec."""
-    if spec is None:
-        return None
-    return Spec(spec['type'], tuple(tuple(e) if isinstance(e, list) else e
-                                    for e in spec['entries']))
-
-
 def fields_json(fields: Fields) -> dict[str, Any]:
     return {f: None if s is None else s.to_json() for f, s in fields.items()}
 
@@ -374,7 +369,7 @@ def apply_call(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     """The forward pass's call over the stacks ``meta`` describes (every leaf mapped)."""
     apply = program.apply
     assert apply is not None and program.stacks
-    mapped = [({f: spec_from_json(meta[leaf.name][f]) for f in FIELDS},
+    mapped = [({f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
                stacked_rank(program, leaf)) for leaf in program.leaves]
     return stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
 
@@ -385,7 +380,7 @@ def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
     call = apply_call(program, flax, meta)
     try:
         return {leaf.name: fields_json(call.inside(
-            {f: spec_from_json(meta[leaf.name][f]) for f in FIELDS}))
+            {f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS}))
             for leaf in program.leaves}
     except RemoveError:
         return None
@@ -398,7 +393,7 @@ def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
     call = apply_call(program, flax, meta)
     leaf = next(l for l in program.leaves if l.name == param)
     try:
-        inside = call.inside({f: spec_from_json(meta[param][f]) for f in FIELDS})
+        inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS})
     except RemoveError:
         return None
     return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))

@@ -37,7 +37,7 @@ AXIS_TYPES = {'auto': jax.sharding.AxisType.Auto, 'explicit': jax.sharding.AxisT
 # Describing what flax made -------------------------------------------------
 
 def jsonable_spec(x: Any) -> Any:
-    """A metadata value as {'type', 'entries'}; None stays None."""
+    """A metadata value as ``Spec.to_json``'s {'form', 'entries'}; None stays None."""
     if x is None:
         return None
     kind = {tuple: 'tuple', list: 'list', jax.sharding.PartitionSpec: 'pspec'}.get(
@@ -46,7 +46,7 @@ def jsonable_spec(x: Any) -> Any:
         entries = [list(e) if isinstance(e, (tuple, list)) else e for e in x]
     except TypeError:
         entries = repr(x)
-    return {'type': kind, 'entries': entries}
+    return {'form': kind, 'entries': entries}
 
 
 def sharding_of(value: Any) -> Any:
