@@ -1,7 +1,7 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               12-minute loop to run often (durations: README.md, "The commands")
+#               12-minute loop to run often (durations: docs/maintainers.md)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
 #               upstream's whole tests/ and the NNX examples
@@ -16,8 +16,11 @@
 # PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks;
 # scripts/venv makes each venv anew when the pick changes.
 # Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
-# `== HH:MM:SS <step>: done in 1 min 5 s` after, then pytest's summary line
-# again for a pytest step, so `make test` ends with pytest's summary line.
+# `== HH:MM:SS <step>: done in 1 min 5 s` after, then for a pytest step
+# pytest's summary line again and one line for the whole run so far (the
+# counts of all its pytest steps, the wall time since make started), so
+# `make test` ends with `== make: N passed, N failed, N skipped over 2 pytest
+# steps; 5 min 2 s since HH:MM:SS`, also when a step fails.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV ?= .venv
@@ -26,6 +29,11 @@ DEMO_VANILLA_VENV ?= .venv-demo-vanilla
 PY := $(VENV)/bin/python
 DEMO_PY := $(DEMO_VENV)/bin/python
 WORKERS ?= 2
+# One run log per make run (named by its start and make's pid), where
+# scripts/timed collects the summary lines of the run's pytest steps; timed
+# reads these two and keeps them from the commands it runs.
+export TIMED_RUN_START := $(shell date +%s)
+export TIMED_RUN_LOG := $(CURDIR)/build/timed/run-$(TIMED_RUN_START)-$(shell echo $$PPID).log
 TIMED := scripts/timed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export JAX_PLATFORMS ?= cpu

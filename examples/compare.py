@@ -22,7 +22,7 @@ from typing import Any
 PROGRAM = Path(__file__).resolve().parent / 'stacked_optimizer.py'
 WORKAROUND = 'transform_metadata={nnx.PARTITION_NAME: None}'
 # What the verdict compares: everything but the version.
-OUTCOMES = ('error_3_layers', 'kernel_spec', 'mu_spec', 'mismatched', 'state_bytes',
+OUTCOMES = ('error_3_layers', 'kernel_metadata', 'kernel_spec', 'mu_spec', 'mismatched', 'state_bytes',
             'collectives', 'collective_bytes')
 
 
@@ -39,7 +39,8 @@ def run(python: str, *variants: str) -> list[dict[str, Any]]:
 
 
 def spec(text: str) -> str:
-    """``P(None, 'fsdp', 'tensor')`` -> ``P(None,fsdp,tensor)`` (fits a column)."""
+    """``P(None, 'fsdp', 'tensor')`` -> ``P(None,fsdp,tensor)``, and a tuple
+    ``(None, 'fsdp', 'tensor')`` -> ``(None,fsdp,tensor)`` (fits a column)."""
     return text.replace("'", '').replace(', ', ',')
 
 
@@ -47,6 +48,7 @@ def rows(run: dict[str, Any]) -> list[str]:
     """One run's column, top to bottom."""
     return [
         run['error_3_layers'] or 'works',
+        spec(run['kernel_metadata']),
         spec(run['kernel_spec']),
         spec(run['mu_spec']),
         f'{run["mismatched"]} of {run["leaves"]}',
@@ -57,7 +59,8 @@ def rows(run: dict[str, Any]) -> list[str]:
 
 LABELS = [
     '3 layers: nnx.Optimizer(...)',
-    "4 layers: up.kernel's sharding",
+    "4 layers: up.kernel's out_sharding",
+    "  up.kernel's array sharding",
     "  Adam's mu of up.kernel",
     '  state arrays unlike their param',
     '  state bytes per device',

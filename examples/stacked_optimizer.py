@@ -9,8 +9,10 @@ It prints one JSON line per ``--variant`` with what happened:
 
 - ``error_3_layers``: the exception ``nnx.Optimizer`` raises on a 3-layer
   stack, or ``None`` (3 is not divisible by the ``tensor`` axis);
-- on a 4-layer stack: ``kernel_spec`` and ``mu_spec``, the array shardings of
-  ``up.kernel`` and of Adam's first moment of it; ``mismatched`` of
+- on a 4-layer stack: ``kernel_metadata``, the ``out_sharding`` metadata of
+  the stacked ``up.kernel`` (what ``nnx.get_partition_spec`` and
+  ``nnx.Optimizer`` read); ``kernel_spec`` and ``mu_spec``, the array
+  shardings of ``up.kernel`` and of Adam's first moment of it; ``mismatched`` of
   ``leaves``, the optimizer-state arrays sharded unlike their parameter;
   ``state_bytes``, the largest per-device share of the optimizer state; and
   ``collectives``/``collective_bytes``, the collective instructions of the
@@ -118,7 +120,8 @@ def state_sharding(model: Block, optimizer: nnx.Optimizer) -> dict[str, Any]:
                 array.sharding.is_equivalent_to(param.sharding, array.ndim)):
             mismatched += 1
     mu = next(a for path, a in state.items() if path[-3:] == ('mu', 'up', 'kernel'))
-    return {'kernel_spec': str(params[('up', 'kernel')].sharding.spec),
+    return {'kernel_metadata': str(model.up.kernel.out_sharding),
+            'kernel_spec': str(params[('up', 'kernel')].sharding.spec),
             'mu_spec': str(mu.sharding.spec), 'mismatched': mismatched,
             'leaves': len(state), 'state_bytes': max(per_device.values())}
 
