@@ -21,8 +21,8 @@ from typing import Any, Callable
 from tests.oracle.programs import DEFAULT, EXTRA_KEY, Program, Spec, apply_axis_entry, \
     expected_metadata, inside_metadata, made_metadata, pass_runs, resolve, stacked_rank, \
     stacking_rule
+from tests.oracle.reports import Report, VariableReport
 
-Report = dict[str, Any]
 Divergence = tuple[str, str]  # (tag, message)
 # The errors vanilla 0.12.12 raises on the #5112 family: stale metadata, one
 # entry short (or shifted) after a lifted transform, reaching a sharding
@@ -79,7 +79,7 @@ class Judged:
 
     def family(self) -> bool:
         """Vanilla failed with the #5112 family (or the removal the model says ours passes)."""
-        message = self.vanilla['outcome']
+        message = self.vanilla.outcome
         return bool(FAMILY.search(message)) or (
             self.ours_should_run and 'Expected to remove' in message)
 
@@ -101,23 +101,23 @@ class Judged:
         Where the model says the metadata differs (the stacked entry, the
         spec's type), the specs and entries quoted in the message are masked.
         """
-        message = report.get('message', report['outcome'])
+        message = report.outcome if report.message is None else report.message
         if self.any_intended():
             message = REMOVE_MESSAGE.sub(' from <spec>, but found <entry>', message)
             while SPEC_IN_MESSAGE.search(message):  # nested specs, innermost first
                 message = SPEC_IN_MESSAGE.sub('<spec>', message)
             message = re.sub(r'array axis \d+', 'array axis <n>', message)
             message = FOUND_IN_MESSAGE.sub('found <entry>', message)
-        return report['error_type'], report['failed_stage'], message
+        return report.error_type, report.failed_stage, message
 
-    def metadata(self, who: str, variables: dict[str, Any], expected: dict[str, Any],
+    def metadata(self, who: str, variables: dict[str, VariableReport], expected: dict[str, Any],
                  tag: str | None, where: str = '') -> list[Divergence]:
         """Each Variable's sharding-like fields against ``expected`` (tag None:
         ``intended`` where the model says ours differs, else ``compat``)."""
         found = []
         for path, entry in variables.items():
             for field, want in expected.get(path, {}).items():
-                got = entry['metadata'][field]
+                got = entry.metadata[field]
                 if got != want:
                     t = tag or ('intended' if self.intended(path, field) else 'compat')
                     found.append((t, f'{who}{where} {path}.{field}: {got} expected {want}'))
@@ -125,19 +125,20 @@ class Judged:
 
     def mirrored(self, report: Report, path: str) -> str | None:
         """The parameter a made Variable mirrors: same path tail, same shape."""
-        params, entry = report['after_apply'], report['apply']['made'][path]
+        params, entry = report.after_apply, report.apply.made[path]
         return next((p for p, pe in params.items() if (path == p or path.endswith('/' + p))
-                     and pe['shape'] == entry['shape']), None)
+                     and pe.shape == entry.shape), None)
 
     def made_in_both(self) -> bool:
         """Both bodies made Variables, at the same paths (else ``check_made_paths``)."""
-        v, o = self.vanilla.get('apply', {}), self.ours.get('apply', {})
-        return 'made' in v and 'made' in o and sorted(v['made']) == sorted(o['made'])
+        v, o = self.vanilla.apply, self.ours.apply
+        return v is not None and o is not None and v.made is not None \
+            and o.made is not None and sorted(v.made) == sorted(o.made)
 
     def mirror_judged(self, path: str) -> bool:
         """Optimizer state made in a body at ``path`` is judged by its parameter
         (``check_made_state_mirrors_its_parameter``), not by vanilla's sharding."""
-        if self.program.apply.wrap != 'optimizer' or 'after_apply' not in self.vanilla:
+        if self.program.apply.wrap != 'optimizer' or self.vanilla.after_apply is None:
             return False
         if self.program.mesh == 'none':
             # The body's parameter is a tracer and no mesh is set, so the
@@ -152,7 +153,7 @@ class Judged:
         meta = self.expect_o if flax == 'ours' else self.expect_v
         leaves = {leaf.name for leaf in self.program.leaves}
         out = {}
-        for path in report['apply']['made']:
+        for path in report.apply.made:
             param = self.mirrored(report, path)
             if param is None or param not in leaves:
                 continue
@@ -169,9 +170,9 @@ class Judged:
         """
         v = self.vanilla
         return any(
-            leaf['mirrors'] is not None
-            and leaf['sharding'] != v['variables'][leaf['mirrors']]['sharding']
-            for leaf in v.get('optimizer', {}).values())
+            leaf.mirrors is not None
+            and leaf.sharding != v.variables[leaf.mirrors].sharding
+            for leaf in (v.optimizer or {}).values())
 
 
 Check = Callable[[Judged], list[Divergence]]
@@ -181,14 +182,14 @@ Check = Callable[[Judged], list[Divergence]]
 
 def check_vanilla_metadata_is_modelled(c: Judged) -> list[Divergence]:
     """Vanilla's metadata after the build is what the model of vanilla says."""
-    if c.expect_v is None or 'variables' not in c.vanilla:
+    if c.expect_v is None or c.vanilla.variables is None:
         return []
-    return c.metadata('vanilla', c.vanilla['variables'], c.expect_v, 'model')
+    return c.metadata('vanilla', c.vanilla.variables, c.expect_v, 'model')
 
 
 def check_vanilla_runs_as_modelled(c: Judged) -> list[Divergence]:
     """Vanilla's forward pass runs only where the model of vanilla says it removes its entry."""
-    if c.vanilla['outcome'] == 'ok' and not c.vanilla_should_run:
+    if c.vanilla.ok and not c.vanilla_should_run:
         return [('model', 'vanilla ran, but the model expects its forward pass to '
                           'fail removing the given PARTITION_NAME')]
     return []
@@ -200,28 +201,27 @@ def check_mismatched_name_fails_on_ours(c: Judged) -> list[Divergence]:
     """A given PARTITION_NAME that is not the stack's entry at the axis raises
     vanilla's graph-mode error on ours in every mode, before anything changes."""
     o = c.ours
-    if c.vanilla['outcome'] != 'ok' or c.removes:
+    if not c.vanilla.ok or c.removes:
         return []
     found = []
-    if o['outcome'] == 'ok':
+    if o.ok:
         found.append(('intended', 'ours ran, but the model expects its forward pass '
                                   'to fail removing the given PARTITION_NAME'))
-    elif o.get('failed_stage') != 'apply' or not (
-            'Expected to remove' in o['outcome'] or 'pop index out of range' in o['outcome']):
-        found.append(('intended', f'ours failed at {o.get("failed_stage")} with '
-                                  f'{o["outcome"]}; the model expects the forward '
+    elif o.failed_stage != 'apply' or not (
+            'Expected to remove' in o.outcome or 'pop index out of range' in o.outcome):
+        found.append(('intended', f'ours failed at {o.failed_stage} with '
+                                  f'{o.outcome}; the model expects the forward '
                                   f'pass to fail removing the given PARTITION_NAME'))
-    if o['outcome'] != 'ok' and o.get('unmutated') is False:
-        found.append(('intended', f'ours mutated the model before failing: {o["outcome"]}'))
+    if not o.ok and o.unmutated is False:
+        found.append(('intended', f'ours mutated the model before failing: {o.outcome}'))
     return found
 
 
 def check_ours_runs_where_vanilla_runs(c: Judged) -> list[Divergence]:
     """Where vanilla runs (and the model's removal succeeds), ours runs (I0)."""
     o = c.ours
-    if c.vanilla['outcome'] == 'ok' and c.removes and o['outcome'] != 'ok':
-        return [('compat', f'ours failed at {o.get("failed_stage")} where vanilla ran: '
-                           f'{o["outcome"]}')]
+    if c.vanilla.ok and c.removes and not o.ok:
+        return [('compat', f'ours failed at {o.failed_stage} where vanilla ran: {o.outcome}')]
     return []
 
 
@@ -230,39 +230,37 @@ def check_ours_runs_where_vanilla_has_the_bug(c: Judged) -> list[Divergence]:
     runs, ours runs; but for a stale declared optimizer_sharding, which may
     fail ours as it fails vanilla (the same outcome)."""
     v, o = c.vanilla, c.ours
-    if v['outcome'] == 'ok' or not (c.family() and c.ours_should_run) or o['outcome'] == 'ok':
+    if v.ok or not (c.family() and c.ours_should_run) or o.ok:
         return []
     if c.stale_override() and c.outcome(o) == c.outcome(v):
         return []  # a named stack leaves optimizer_sharding per-layer, on both
-    return [('intended', f'vanilla failed at {v["failed_stage"]} ({v["outcome"]}); '
-                         f'ours must run but failed at {o.get("failed_stage")}: '
-                         f'{o["outcome"]}')]
+    return [('intended', f'vanilla failed at {v.failed_stage} ({v.outcome}); '
+                         f'ours must run but failed at {o.failed_stage}: {o.outcome}')]
 
 
 def check_ours_fails_where_vanilla_fails(c: Judged) -> list[Divergence]:
     """Where vanilla fails otherwise, ours fails too, with vanilla's exception,
     stage and message (masked where the model says the metadata differs)."""
     v, o = c.vanilla, c.ours
-    if v['outcome'] == 'ok' or (c.family() and c.ours_should_run):
+    if v.ok or (c.family() and c.ours_should_run):
         return []
-    if o['outcome'] == 'ok':
-        return [('compat', f'vanilla failed at {v["failed_stage"]} ({v["outcome"]}); ours ran')]
+    if o.ok:
+        return [('compat', f'vanilla failed at {v.failed_stage} ({v.outcome}); ours ran')]
     if c.family() or c.outcome(o) == c.outcome(v):
         return []
     # a given PARTITION_NAME that is not the stack's entry raises on ours
     # first, in every mode (vanilla's graph-mode error)
-    if not c.removes and o.get('failed_stage') == 'apply' \
-            and 'Expected to remove' in o['outcome']:
+    if not c.removes and o.failed_stage == 'apply' and 'Expected to remove' in o.outcome:
         return []
-    return [('compat', f'vanilla failed at {v["failed_stage"]} with {v["outcome"]}; '
-                       f'ours at {o["failed_stage"]} with {o["outcome"]}')]
+    return [('compat', f'vanilla failed at {v.failed_stage} with {v.outcome}; '
+                       f'ours at {o.failed_stage} with {o.outcome}')]
 
 
 def check_failure_leaves_the_model_alone(c: Judged) -> list[Divergence]:
     """Where both fail, ours leaves the model as it was before the failing stage."""
     o = c.ours
-    if c.vanilla['outcome'] != 'ok' and o['outcome'] != 'ok' and o.get('unmutated') is False:
-        return [('compat', f'ours mutated the model before failing: {o["outcome"]}')]
+    if not c.vanilla.ok and not o.ok and o.unmutated is False:
+        return [('compat', f'ours mutated the model before failing: {o.outcome}')]
     return []
 
 
@@ -273,15 +271,15 @@ def check_ours_metadata_is_modelled(c: Judged) -> list[Divergence]:
     if c.expect_o is None:
         return []
     return [d for key in ('variables', 'after_apply', 'after_train', 'eval_shape')
-            if key in c.ours
-            for d in c.metadata('ours', c.ours[key], c.expect_o, None, f' ({key})')]
+            if getattr(c.ours, key) is not None
+            for d in c.metadata('ours', getattr(c.ours, key), c.expect_o, None, f' ({key})')]
 
 
 def check_inside_the_body(c: Judged) -> list[Divergence]:
     """The body sees each mapped leaf as the pass's call removes its entry
     (stacking_rule), or stacked where the call leaves metadata alone."""
     o, v, program = c.ours, c.vanilla, c.program
-    if c.expect_o is None or 'apply' not in o or not o['apply']['inside']:
+    if c.expect_o is None or o.apply is None or not o.apply.inside:
         return []
     apply = program.apply
     inside_o = inside_metadata(program, 'ours', c.expect_o)
@@ -290,16 +288,16 @@ def check_inside_the_body(c: Judged) -> list[Divergence]:
     for leaf in program.leaves:
         want_o = None if inside_o is None else inside_o[leaf.name]['out_sharding']
         want_v = None if inside_v is None else inside_v[leaf.name]['out_sharding']
-        got = o['apply']['inside'][0].get(leaf.name)
+        got = o.apply.inside[0].get(leaf.name)
         if inside_o is not None and got != want_o:  # else the outcome checks
             found.append(('intended' if inside_v is None or want_o != want_v else 'compat',
                           f'ours inside {apply.kind} {leaf.name}: {got} expected {want_o}'))
         if inside_v is None:
             continue
-        if 'apply' in v and v['apply']['inside'] \
-                and v['apply']['inside'][0].get(leaf.name) != want_v:
+        if v.apply is not None and v.apply.inside \
+                and v.apply.inside[0].get(leaf.name) != want_v:
             found.append(('model', f'vanilla inside {apply.kind} {leaf.name}: '
-                                   f'{v["apply"]["inside"][0].get(leaf.name)} expected {want_v}'))
+                                   f'{v.apply.inside[0].get(leaf.name)} expected {want_v}'))
     return found
 
 
@@ -311,9 +309,9 @@ def check_consumers_read_the_modelled_spec(c: Judged) -> list[Divergence]:
         return []
     found = []
     for key in ('partition_spec', 'named_sharding', 'abstract'):
-        for leaf in program.leaves if key in o else ():
-            got = o[key][leaf.name]
-            got = got['spec'] if key == 'abstract' else got
+        for leaf in program.leaves if getattr(o, key) is not None else ():
+            got = getattr(o, key)[leaf.name]
+            got = got.spec if key == 'abstract' else got
             want = resolve(c.expect_o[leaf.name]['out_sharding'], leaf, program)
             if got != want:
                 tag = 'intended' if want != resolve(
@@ -328,17 +326,17 @@ def check_optimizer_state_mirrors_parameters(c: Judged) -> list[Divergence]:
     o = c.ours
     overridden = {l.name for l in c.program.leaves if l.optimizer_spec}
     found = []
-    for state_path, leaf in o.get('optimizer', {}).items():
-        param = leaf['mirrors']
+    for state_path, leaf in (o.optimizer or {}).items():
+        param = leaf.mirrors
         if param is None or param.rsplit('/', 1)[-1] in overridden:
             continue
-        want = o['variables'][param]['sharding']
-        if leaf['sharding'] != want:
-            vleaf = c.vanilla.get('optimizer', {}).get(state_path)
-            vanilla_wrong = vleaf is None or vleaf['sharding'] != \
-                c.vanilla['variables'][param]['sharding']
+        want = o.variables[param].sharding
+        if leaf.sharding != want:
+            vleaf = (c.vanilla.optimizer or {}).get(state_path)
+            vanilla_wrong = vleaf is None or vleaf.sharding != \
+                c.vanilla.variables[param].sharding
             found.append(('intended' if vanilla_wrong else 'compat',
-                          f'ours optimizer {state_path}: {leaf["sharding"]} but parameter '
+                          f'ours optimizer {state_path}: {leaf.sharding} but parameter '
                           f'{param} is {want}'))
     return found
 
@@ -354,34 +352,34 @@ def check_variables_equal_vanilla(c: Judged) -> list[Divergence]:
     fixed = c.vanilla_state_missharded()
     found = []
     for key in ('variables', 'after_apply', 'after_train'):
-        if key not in v or key not in o:
+        vs, os_ = getattr(v, key), getattr(o, key)
+        if vs is None or os_ is None:
             continue
-        if sorted(v[key]) != sorted(o[key]):
-            found.append(('compat', f'{key}: paths {sorted(o[key])} vs vanilla {sorted(v[key])}'))
+        if sorted(vs) != sorted(os_):
+            found.append(('compat', f'{key}: paths {sorted(os_)} vs vanilla {sorted(vs)}'))
             continue
-        for path, ve in v[key].items():
-            oe = o[key][path]
+        for path, ve in vs.items():
+            oe = os_[path]
             for field in ('type', 'dtype', 'shape', 'digest', 'sharding'):
-                if ve[field] != oe[field] and not (
+                mine, theirs = getattr(oe, field), getattr(ve, field)
+                if theirs != mine and not (
                         fixed and key == 'after_train' and field in ('digest', 'sharding')):
-                    found.append(('compat', f'{key} {path}.{field}: ours {oe[field]}, '
-                                            f'vanilla {ve[field]}'))
-            if ve.get('metadata_keys') != oe.get('metadata_keys'):
+                    found.append(('compat', f'{key} {path}.{field}: ours {mine}, '
+                                            f'vanilla {theirs}'))
+            if ve.metadata_keys != oe.metadata_keys:
                 found.append(('compat', f'{key} {path} metadata keys: ours '
-                                        f'{oe.get("metadata_keys")}, vanilla '
-                                        f'{ve.get("metadata_keys")}'))
-            if c.expect_v is None and ve['metadata'] != oe['metadata']:
-                found.append(('compat', f'{key} {path} metadata: ours {oe["metadata"]}, '
-                                        f'vanilla {ve["metadata"]}'))
+                                        f'{oe.metadata_keys}, vanilla {ve.metadata_keys}'))
+            if c.expect_v is None and ve.metadata != oe.metadata:
+                found.append(('compat', f'{key} {path} metadata: ours {oe.metadata}, '
+                                        f'vanilla {ve.metadata}'))
     return found
 
 
 def check_apply_output_equals_vanilla(c: Judged) -> list[Divergence]:
     """The forward pass's output digest."""
     v, o = c.vanilla, c.ours
-    if 'apply' in v and 'apply' in o and v['apply']['output'] != o['apply']['output']:
-        return [('compat', f'apply output: ours {o["apply"]["output"]}, '
-                           f'vanilla {v["apply"]["output"]}')]
+    if v.apply is not None and o.apply is not None and v.apply.output != o.apply.output:
+        return [('compat', f'apply output: ours {o.apply.output}, vanilla {v.apply.output}')]
     return []
 
 
@@ -391,18 +389,20 @@ def check_consumers_equal_vanilla(c: Judged) -> list[Divergence]:
     v, o = c.vanilla, c.ours
     found = []
     for key in ('partition_spec', 'named_sharding', 'abstract'):
-        if key in v and key in o and c.expect_v is None and v[key] != o[key]:
-            found.append(('compat', f'{key}: ours {o[key]}, vanilla {v[key]}'))
-    if 'abstract' in v and 'abstract' in o:
-        for path, ve in v['abstract'].items():
-            if o['abstract'].get(path, {}).get('shape') != ve['shape']:
+        theirs, mine = getattr(v, key), getattr(o, key)
+        if theirs is not None and mine is not None and c.expect_v is None and theirs != mine:
+            found.append(('compat', f'{key}: ours {mine}, vanilla {theirs}'))
+    if v.abstract is not None and o.abstract is not None:
+        for path, ve in v.abstract.items():
+            oe = o.abstract.get(path)
+            if (None if oe is None else oe.shape) != ve.shape:
                 found.append(('compat', f'abstract {path} shape differs'))
-    if 'eval_shape' in v and 'eval_shape' in o:
-        for path, ve in v['eval_shape'].items():
-            oe = o['eval_shape'].get(path, {})
-            if (oe.get('shape'), oe.get('dtype')) != (ve['shape'], ve['dtype']):
-                found.append(('compat', f'eval_shape {path}: ours {oe.get("shape")}, '
-                                        f'vanilla {ve["shape"]}'))
+    if v.eval_shape is not None and o.eval_shape is not None:
+        for path, ve in v.eval_shape.items():
+            oe = o.eval_shape.get(path)
+            shape, dtype = (None, None) if oe is None else (oe.shape, oe.dtype)
+            if (shape, dtype) != (ve.shape, ve.dtype):
+                found.append(('compat', f'eval_shape {path}: ours {shape}, vanilla {ve.shape}'))
     return found
 
 
@@ -414,42 +414,43 @@ def check_optimizer_state_equals_vanilla(c: Judged) -> list[Divergence]:
     fixed = c.vanilla_state_missharded()
     found = []
     for key in ('optimizer', 'optimizer_after_train'):
-        if key not in v or key not in o:
+        vs, os_ = getattr(v, key), getattr(o, key)
+        if vs is None or os_ is None:
             continue
-        if sorted(v[key]) != sorted(o[key]):
-            found.append(('compat', f'{key} leaves: ours {sorted(o[key])}, '
-                                    f'vanilla {sorted(v[key])}'))
+        if sorted(vs) != sorted(os_):
+            found.append(('compat', f'{key} leaves: ours {sorted(os_)}, vanilla {sorted(vs)}'))
             continue
-        for path, ve in v[key].items():
-            oe = o[key][path]
-            if oe['shape'] != ve['shape']:
+        for path, ve in vs.items():
+            oe = os_[path]
+            if oe.shape != ve.shape:
                 found.append(('compat', f'{key} {path}: shape differs from vanilla'))
-            elif oe['digest'] != ve['digest'] and not (fixed and key == 'optimizer_after_train'):
+            elif oe.digest != ve.digest and not (fixed and key == 'optimizer_after_train'):
                 found.append(('compat', f'{key} {path}: values differ from vanilla'))
-            if ve['mirrors'] is None and oe['sharding'] != ve['sharding']:
-                found.append(('compat', f'{key} {path}: ours {oe["sharding"]}, '
-                                        f'vanilla {ve["sharding"]}'))
+            if ve.mirrors is None and oe.sharding != ve.sharding:
+                found.append(('compat', f'{key} {path}: ours {oe.sharding}, '
+                                        f'vanilla {ve.sharding}'))
     return found
 
 
 def check_losses_equal_vanilla(c: Judged) -> list[Divergence]:
     """The train step's losses, bit for bit (close, where vanilla's state was mis-sharded)."""
     v, o = c.vanilla, c.ours
-    if 'losses' not in v or 'losses' not in o or v['losses'] == o['losses']:
+    if v.losses is None or o.losses is None or v.losses == o.losses:
         return []
-    close = c.vanilla_state_missharded() and len(v['losses']) == len(o['losses']) and all(
+    close = c.vanilla_state_missharded() and len(v.losses) == len(o.losses) and all(
         math.isclose(float.fromhex(a), float.fromhex(b), rel_tol=1e-5)
-        for a, b in zip(v['losses'], o['losses']))
-    return [] if close else [('compat', f'losses: ours {o["losses"]}, vanilla {v["losses"]}')]
+        for a, b in zip(v.losses, o.losses))
+    return [] if close else [('compat', f'losses: ours {o.losses}, vanilla {v.losses}')]
 
 
 # What a body made (a copy, a gradient, optimizer state) (I2, I4) ----------------
 
 def check_made_paths_equal_vanilla(c: Judged) -> list[Divergence]:
     """The body made Variables at vanilla's paths."""
-    v, o = c.vanilla.get('apply', {}), c.ours.get('apply', {})
-    if 'made' in v and 'made' in o and sorted(v['made']) != sorted(o['made']):
-        return [('compat', f'made: paths {sorted(o["made"])} vs vanilla {sorted(v["made"])}')]
+    v, o = c.vanilla.apply, c.ours.apply
+    if v is not None and o is not None and v.made is not None and o.made is not None \
+            and sorted(v.made) != sorted(o.made):
+        return [('compat', f'made: paths {sorted(o.made)} vs vanilla {sorted(v.made)}')]
     return []
 
 
@@ -459,16 +460,16 @@ def check_made_equal_vanilla(c: Judged) -> list[Divergence]:
     instead, ``check_made_state_mirrors_its_parameter``)."""
     if not c.made_in_both():
         return []
-    v, o = c.vanilla['apply'], c.ours['apply']
+    v, o = c.vanilla.apply, c.ours.apply
     found = []
-    for path, ve in v['made'].items():
-        oe = o['made'][path]
+    for path, ve in v.made.items():
+        oe = o.made[path]
         for field in ('type', 'dtype', 'shape', 'digest', 'sharding', 'metadata_keys'):
             if field == 'sharding' and c.mirror_judged(path):
                 continue
-            if ve[field] != oe[field]:
-                found.append(('compat', f'made {path}.{field}: ours {oe[field]}, '
-                                        f'vanilla {ve[field]}'))
+            mine, theirs = getattr(oe, field), getattr(ve, field)
+            if theirs != mine:
+                found.append(('compat', f'made {path}.{field}: ours {mine}, vanilla {theirs}'))
     return found
 
 
@@ -479,16 +480,15 @@ def check_made_state_mirrors_its_parameter(c: Judged) -> list[Divergence]:
         return []
     v, o = c.vanilla, c.ours
     found = []
-    for path in v['apply']['made']:
+    for path in v.apply.made:
         if not c.mirror_judged(path):
             continue
         param = c.mirrored(o, path)
-        sharding = lambda r: r['apply']['made'][path]['sharding']  # noqa: E731
-        vanilla_ok = sharding(v) == v['after_apply'][param]['sharding']
-        if sharding(o) != o['after_apply'][param]['sharding']:
+        vanilla_ok = v.apply.made[path].sharding == v.after_apply[param].sharding
+        mine, want = o.apply.made[path].sharding, o.after_apply[param].sharding
+        if mine != want:
             found.append(('compat' if vanilla_ok else 'intended',
-                          f'ours made {path}: {sharding(o)} but its parameter {param} is '
-                          f'{o["after_apply"][param]["sharding"]}'))
+                          f'ours made {path}: {mine} but its parameter {param} is {want}'))
     return found
 
 
@@ -496,7 +496,7 @@ def made_problems(report: Report, expected: dict[str, Any],
                   fields: tuple[str, ...] | None) -> list[tuple[str, str]]:
     found = []
     for path, want in expected.items():
-        got = report['apply']['made'][path]['metadata']
+        got = report.apply.made[path].metadata
         if fields is not None:
             want, got = ({f: d[f] for f in fields} for d in (want, got))
         if got != want:
@@ -511,13 +511,14 @@ def check_made_metadata_is_modelled(c: Judged) -> list[Divergence]:
     Where vanilla's differs from the rule (optimizer state takes its
     parameter's optimizer_sharding, which the model does not follow), ours'
     difference counts as intended."""
-    if 'made' not in c.ours.get('apply', {}) or 'after_apply' not in c.ours:
+    if c.ours.apply is None or c.ours.apply.made is None or c.ours.after_apply is None:
         return []
     fields = ('out_sharding',) if c.program.apply.wrap == 'optimizer' else None
     want_o = c.made_expected(c.ours, 'ours')
     want_v = c.made_expected(c.ours, 'vanilla')
     wrong_v = set(want_o)
-    if 'made' in c.vanilla.get('apply', {}) and 'after_apply' in c.vanilla:
+    if c.vanilla.apply is not None and c.vanilla.apply.made is not None \
+            and c.vanilla.after_apply is not None:
         wrong_v = {p for p, _ in made_problems(
             c.vanilla, c.made_expected(c.vanilla, 'vanilla'), fields)}
     return [('intended' if path in wrong_v or want_o[path] != want_v[path] else 'compat',
@@ -526,9 +527,9 @@ def check_made_metadata_is_modelled(c: Judged) -> list[Divergence]:
 
 def check_no_extra_retrace(c: Judged) -> list[Divergence]:
     """A function jitted outside and called in the body traces no more often than on vanilla (I7)."""
-    traces_o = c.ours.get('apply', {}).get('traces', 0)
-    traces_v = c.vanilla.get('apply', {}).get('traces', 0)
-    if traces_o > max(traces_v, 1) or (traces_o > 1 and 'apply' not in c.vanilla):
+    traces_o = 0 if c.ours.apply is None else c.ours.apply.traces
+    traces_v = 0 if c.vanilla.apply is None else c.vanilla.apply.traces
+    if traces_o > max(traces_v, 1) or (traces_o > 1 and c.vanilla.apply is None):
         return [('compat', f'ours traced the jitted function {traces_o} times, '
                            f'vanilla {traces_v}: an extra retrace')]
     return []
@@ -587,7 +588,7 @@ def compare_scenario(program: Program, vanilla: Report, ours: Report) -> list[Di
     """A regression guard of tests/support/scenarios.py: ours right, and equal where vanilla ran."""
     from tests.support.checks import metadata_problems, optimizer_problems
 
-    v, o = vanilla['scenario'], ours['scenario']
+    v, o = vanilla.scenario, ours.scenario
     found: list[Divergence] = []
     if 'no_mesh' in v or 'no_mesh' in o:
         return found
@@ -618,10 +619,10 @@ def compare_scenario(program: Program, vanilla: Report, ours: Report) -> list[Di
 
 def is_fixed(program: Program, vanilla: Report) -> bool:
     """Vanilla fails with the #5112 family where ours must run (a fixed program)."""
-    if vanilla['outcome'] == 'ok':
+    if vanilla.ok:
         return False
-    return Judged(program, vanilla, vanilla).ours_should_run and (bool(FAMILY.search(vanilla['outcome']))
-                                or 'Expected to remove' in vanilla['outcome'])
+    return Judged(program, vanilla, vanilla).ours_should_run and (
+        bool(FAMILY.search(vanilla.outcome)) or 'Expected to remove' in vanilla.outcome)
 
 
 def _entries(spec: dict[str, Any] | None) -> Any:
@@ -636,12 +637,12 @@ def compare_with_workaround(reference: Report, ours: Report) -> list[Divergence]
     and so may ``optimizer_sharding`` (vanilla's workaround leaves it
     per-layer). Tagged ``intended``: vanilla without the workaround differs.
     """
-    if reference['outcome'] != 'ok':
+    if not reference.ok:
         return [('intended', f'vanilla with the workaround failed at '
-                             f'{reference.get("failed_stage")}: {reference["outcome"]}')]
-    if ours['outcome'] != 'ok':
+                             f'{reference.failed_stage}: {reference.outcome}')]
+    if not ours.ok:
         return [('intended', f'ours failed where vanilla with the workaround ran: '
-                             f'{ours["outcome"]}')]
+                             f'{ours.outcome}')]
     found: list[Divergence] = []
 
     def differ(what: str, mine: Any, theirs: Any) -> None:
@@ -649,32 +650,33 @@ def compare_with_workaround(reference: Report, ours: Report) -> list[Divergence]
             found.append(('intended', f'{what}: ours {mine}, vanilla+workaround {theirs}'))
 
     for key in ('variables', 'after_apply', 'after_train', 'eval_shape'):
-        r, o = reference.get(key), ours.get(key)
+        r, o = getattr(reference, key), getattr(ours, key)
         if r is None or o is None:
             differ(f'{key} present', o is not None, r is not None)
             continue
         differ(f'{key} paths', sorted(o), sorted(r))
         for path in set(r) & set(o):
             for field in ('type', 'dtype', 'shape', 'digest', 'sharding', 'metadata_keys'):
-                if field in r[path]:
-                    differ(f'{key} {path}.{field}', o[path].get(field), r[path][field])
-            differ(f'{key} {path}.out_sharding', _entries(o[path]['metadata']['out_sharding']),
-                   _entries(r[path]['metadata']['out_sharding']))
+                if field != 'digest' or r[path].digest is not None:  # eval_shape has none
+                    differ(f'{key} {path}.{field}', getattr(o[path], field),
+                           getattr(r[path], field))
+            differ(f'{key} {path}.out_sharding', _entries(o[path].metadata['out_sharding']),
+                   _entries(r[path].metadata['out_sharding']))
     for key in ('partition_spec', 'named_sharding', 'abstract', 'losses'):
-        if key in reference or key in ours:
-            differ(key, ours.get(key), reference.get(key))
+        if getattr(reference, key) is not None or getattr(ours, key) is not None:
+            differ(key, getattr(ours, key), getattr(reference, key))
     for key in ('optimizer', 'optimizer_after_train'):
-        if key in reference or key in ours:
-            strip = lambda leaves: {p: {f: leaf[f] for f in ('shape', 'digest', 'sharding')}  # noqa: E731
+        if getattr(reference, key) is not None or getattr(ours, key) is not None:
+            strip = lambda leaves: {p: (leaf.shape, leaf.digest, leaf.sharding)  # noqa: E731
                                     for p, leaf in (leaves or {}).items()}
-            differ(key, strip(ours.get(key)), strip(reference.get(key)))
-    r, o = reference.get('apply'), ours.get('apply')
+            differ(key, strip(getattr(ours, key)), strip(getattr(reference, key)))
+    r, o = reference.apply, ours.apply
     if r is not None and o is not None:
-        differ('apply output', o['output'], r['output'])
-        differ('apply traces', o['traces'], r['traces'])
-        if 'made' in r or 'made' in o:
-            strip = lambda made: {p: (e['digest'], e['sharding'],  # noqa: E731
-                                      _entries(e['metadata']['out_sharding']))
+        differ('apply output', o.output, r.output)
+        differ('apply traces', o.traces, r.traces)
+        if r.made is not None or o.made is not None:
+            strip = lambda made: {p: (e.digest, e.sharding,  # noqa: E731
+                                      _entries(e.metadata['out_sharding']))
                                   for p, e in (made or {}).items()}
-            differ('made', strip(o.get('made')), strip(r.get('made')))
+            differ('made', strip(o.made), strip(r.made))
     return found

@@ -26,11 +26,10 @@ import optax  # noqa: E402
 
 from flax import nnx  # noqa: E402
 from tests.oracle.programs import (  # noqa: E402
-    DEFAULT, EXTRA_KEY, EXTRA_VALUE, MODES, RULES, Apply, Leaf, Program, Spec,
+    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, MODES, RULES, Apply, Leaf, Program, Spec,
     program_from_json)
-
-Report = dict[str, Any]
-FIELDS = ('out_sharding', 'optimizer_sharding', EXTRA_KEY)
+from tests.oracle.reports import AbstractLeaf, ApplyReport, OptimizerLeaf, Report, \
+    VariableReport  # noqa: E402
 AXIS_TYPES = {'auto': jax.sharding.AxisType.Auto, 'explicit': jax.sharding.AxisType.Explicit}
 
 
@@ -70,26 +69,19 @@ def path_str(path: tuple[Any, ...]) -> str:
     return '/'.join(map(str, path))
 
 
-def describe(tree: Any, values: bool = True) -> dict[str, Any]:
-    """Every Variable (of a graph node or a State): value digest, dtype/shape, array sharding, metadata fields.
-
-    ``metadata_keys`` lists every metadata key, so a key either flax adds shows.
-    """
+def describe(tree: Any, values: bool = True) -> dict[str, VariableReport]:
+    """Every Variable (of a graph node or a State): value digest (``values``),
+    dtype/shape, array sharding, metadata fields."""
     out = {}
     state = tree if isinstance(tree, nnx.State) else nnx.state(tree)
     for path, var in nnx.to_flat_state(state):
         value = var.get_value()
         metadata = var.get_metadata()
-        entry = {'type': type(var).__name__, 'dtype': str(value.dtype),
-                 'shape': list(value.shape),
-                 'metadata': {f: jsonable_spec(metadata.get(f)) for f in FIELDS},
-                 'metadata_keys': sorted(metadata)}
-        if values:
-            entry['digest'] = digest(value)
-            entry['sharding'] = sharding_of(value)
-        else:
-            entry['sharding'] = sharding_of(value)
-        out[path_str(path)] = entry
+        out[path_str(path)] = VariableReport(
+            type=type(var).__name__, dtype=str(value.dtype), shape=list(value.shape),
+            metadata={f: jsonable_spec(metadata.get(f)) for f in FIELDS},
+            metadata_keys=sorted(metadata), sharding=sharding_of(value),
+            digest=digest(value) if values else None)
     return out
 
 
@@ -153,7 +145,7 @@ def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
 
 
 def run_apply(program: Program, apply: Apply, model: Layer,
-              mesh: jax.sharding.Mesh | None) -> Report:
+              mesh: jax.sharding.Mesh | None) -> ApplyReport:
     graph, updates = MODES[apply.mode]
     kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
     if apply.partition != DEFAULT:
@@ -226,11 +218,11 @@ def run_apply(program: Program, apply: Apply, model: Layer,
                             in_specs=(P(), P()), out_specs=P())(state, x)
     else:
         out = call(model, x)
-    report = {'inside': inside[:1], 'traces': len(traces)}
+    report = ApplyReport(inside=inside[:1], traces=len(traces))
     if makes:
         out, made = out
-        report['made'] = describe(made)
-    report['output'] = digest(out)
+        report.made = describe(made)
+    report.output = digest(out)
     return report
 
 
@@ -247,16 +239,17 @@ def optimizer_tx(name: str) -> optax.GradientTransformation:
             'adafactor': lambda: optax.adafactor(1e-2, min_dim_size_to_factor=8)}[name]()
 
 
-def describe_optimizer(optimizer: nnx.Optimizer, params: dict[str, Any]) -> dict[str, Any]:
+def describe_optimizer(optimizer: nnx.Optimizer, params: dict[str, VariableReport]
+                       ) -> dict[str, OptimizerLeaf]:
     """Every state leaf; ``mirrors``: the parameter it mirrors (same path tail, shape)."""
     out = {}
     for path, var in nnx.to_flat_state(nnx.state(optimizer, nnx.OptState)):
         value = var.get_value()
         name = path_str(path)
         mirrors = next((p for p, v in params.items()
-                        if name.endswith('/' + p) and v['shape'] == list(value.shape)), None)
-        out[name] = {'shape': list(value.shape), 'digest': digest(value),
-                     'sharding': sharding_of(value), 'mirrors': mirrors}
+                        if name.endswith('/' + p) and v.shape == list(value.shape)), None)
+        out[name] = OptimizerLeaf(shape=list(value.shape), digest=digest(value),
+                                  sharding=sharding_of(value), mirrors=mirrors)
     return out
 
 
@@ -278,28 +271,29 @@ def run_consumers(program: Program, model: nnx.Module, init: Callable[[], nnx.Mo
     for consumer in program.consumers:
         stage[0] = consumer
         if consumer == 'partition_spec':
-            report[consumer] = {path_str(p): pspec_json(v.get_value()) for p, v in
-                                nnx.to_flat_state(nnx.get_partition_spec(state))}
+            report.partition_spec = {path_str(p): pspec_json(v.get_value()) for p, v in
+                                     nnx.to_flat_state(nnx.get_partition_spec(state))}
         elif consumer == 'named_sharding':
-            report[consumer] = {path_str(p): pspec_json(v.get_value().spec) for p, v in
-                                nnx.to_flat_state(nnx.get_named_sharding(state, mesh))}
+            report.named_sharding = {
+                path_str(p): pspec_json(v.get_value().spec)
+                for p, v in nnx.to_flat_state(nnx.get_named_sharding(state, mesh))}
         elif consumer == 'abstract':
             _, abstract = nnx.get_abstract_model(init, mesh)
-            report[consumer] = {
-                path_str(p): {'shape': list(v.get_value().shape),
-                              'spec': pspec_json(v.get_value().sharding.spec)}
+            report.abstract = {
+                path_str(p): AbstractLeaf(shape=list(v.get_value().shape),
+                                          spec=pspec_json(v.get_value().sharding.spec))
                 for p, v in nnx.to_flat_state(abstract)}
         elif consumer == 'eval_shape':
-            report[consumer] = describe(nnx.eval_shape(init), values=False)
+            report.eval_shape = describe(nnx.eval_shape(init), values=False)
     if program.optimizer is not None:
         stage[0] = 'optimizer'
         optimizer = nnx.Optimizer(model, optimizer_tx(program.optimizer), wrt=nnx.Param)
-        report['optimizer'] = describe_optimizer(optimizer, report['variables'])
+        report.optimizer = describe_optimizer(optimizer, report.variables)
         if 'train_step' in program.consumers:
             stage[0] = 'train_step'
-            report['losses'] = [float(train_step(model, optimizer)).hex() for _ in range(2)]
-            report['after_train'] = describe(model)
-            report['optimizer_after_train'] = describe_optimizer(optimizer, report['variables'])
+            report.losses = [float(train_step(model, optimizer)).hex() for _ in range(2)]
+            report.after_train = describe(model)
+            report.optimizer_after_train = describe_optimizer(optimizer, report.variables)
 
 
 # Hand-written programs -------------------------------------------------------
@@ -355,7 +349,7 @@ def program_context(program: Program) -> Iterator[jax.sharding.Mesh | None]:
         yield mesh
 
 
-def run_scenario(program: Program) -> Report:
+def run_scenario(program: Program) -> dict[str, Any]:
     from tests.support import scenarios
     return scenarios.run(program.custom.split(':', 1)[1], **dict(program.arguments))
 
@@ -363,15 +357,14 @@ def run_scenario(program: Program) -> Report:
 def run_program(program: Program) -> Report:
     import flax
     if program.custom and program.custom.startswith('scenario:'):
-        return {'flax_version': flax.__version__, 'scenario': run_scenario(program)}
+        return Report(flax.__version__, scenario=run_scenario(program))
     if program.custom and program.custom.startswith('probe:'):
         from tests.oracle import probes
-        return {'flax_version': flax.__version__,
-                'probe': probes.run(program.custom.split(':', 1)[1])}
-    report: Report = {'flax_version': flax.__version__, 'outcome': 'ok'}
+        return Report(flax.__version__, probe=probes.run(program.custom.split(':', 1)[1]))
+    report = Report(flax.__version__)
     stage = ['create']
     model: Any = None
-    before: dict[str, Any] | None = None
+    before: dict[str, VariableReport] | None = None
     try:
         with program_context(program) as mesh:
             if program.custom:
@@ -379,22 +372,22 @@ def run_program(program: Program) -> Report:
             else:
                 init = lambda: build(program)  # noqa: E731
             model = init()
-            report['variables'] = describe(model)
+            report.variables = describe(model)
             if program.apply is not None:
                 stage[0] = 'apply'
-                before = report['variables']
-                report['apply'] = run_apply(program, program.apply, model, mesh)
-                report['after_apply'] = describe(model)
+                before = report.variables
+                report.apply = run_apply(program, program.apply, model, mesh)
+                report.after_apply = describe(model)
                 before = None
             run_consumers(program, model, init, mesh, report, stage)
     except Exception as e:  # noqa: BLE001 -- the outcome is the report
-        report['message'] = first_line(e)
-        report['outcome'] = f'{type(e).__name__}: {report["message"]}'
-        report['error_type'] = type(e).__name__
-        report['failed_stage'] = stage[0]
-        report['traceback'] = traceback.format_exc(limit=-4)[-2000:]
+        report.message = first_line(e)
+        report.outcome = f'{type(e).__name__}: {report.message}'
+        report.error_type = type(e).__name__
+        report.failed_stage = stage[0]
+        report.traceback = traceback.format_exc(limit=-4)[-2000:]
         if before is not None and model is not None:
-            report['unmutated'] = describe(model) == before
+            report.unmutated = describe(model) == before
     return report
 
 
@@ -409,7 +402,7 @@ def main() -> None:
         if not line.strip():
             continue
         report = run_program(program_from_json(line))
-        out.write(json.dumps(report) + '\n')
+        out.write(json.dumps(report.to_json()) + '\n')
         out.flush()
 
 

@@ -97,8 +97,9 @@ def test_rows(oracle: Pair, program: Program) -> None:
             else:  # the gap must be real
                 assert SELF_CHECK or against, f'{program.name}: the workaround works: {gap}'
     else:
-        assert gap is None, f'{program.name} is not a fixed row (vanilla: {vanilla["outcome"]})'
-    judge(program, found, 'variables' in vanilla and has_intended_difference(program), oracle)
+        assert gap is None, f'{program.name} is not a fixed row (vanilla: {vanilla.outcome})'
+    judge(program, found, vanilla.variables is not None and has_intended_difference(program),
+          oracle)
 
 
 @pytest.mark.parametrize('program', SCENARIOS, ids=[p.name for p in SCENARIOS])
@@ -115,7 +116,7 @@ def test_probes(oracle: Pair, name: str) -> None:
     """Hand-written user programs (tests/oracle/probes): as vanilla, or fixed."""
     program = Program(f'probe {name}', custom=f'probe:{name}')
     vanilla, ours = oracle.run(program)
-    found = probes.compare(PROBES[name], vanilla['probe'], ours['probe'])
+    found = probes.compare(PROBES[name], vanilla.probe, ours.probe)
     judge(program, [(t, m) for t, m in found if t != 'vacuous'],
           PROBES[name].fixed is not None, oracle)
     vacuous = [m for t, m in found if t == 'vacuous']
@@ -141,10 +142,10 @@ def test_random_programs(oracle: Pair, capsys: pytest.CaptureFixture[str]) -> No
         vanilla, ours = oracle.run(program)
         found = compare(program, vanilla, ours)
         lines = problems(program, found,
-                         'variables' in vanilla and has_intended_difference(program))
+                         vanilla.variables is not None and has_intended_difference(program))
         if COLLECT and lines:  # collect them all, do not shrink
             failures.append({'program': json.loads(program.to_json()), 'problems': lines,
-                             'vanilla': vanilla.get('outcome'), 'ours': ours.get('outcome'),
+                             'vanilla': vanilla.outcome, 'ours': ours.outcome,
                              'stderr': oracle.stderr()[-2000:]})
             with open(FINDINGS, 'a') as f:
                 f.write(json.dumps({**failures[-1], 'after': counts['programs']}) + '\n')

@@ -49,8 +49,8 @@ CLAIMS: dict[str, tuple[Any, Any]] = {
 def test_readme_claim(oracle: Pair, name: str) -> None:
     vanilla, ours = oracle.run(Program(f'probe {name}', custom=f'probe:{name}'))
     want_vanilla, want_ours = CLAIMS[name]
-    assert vanilla['probe'] == want_vanilla
-    assert ours['probe'] == (want_vanilla if SELF_CHECK else want_ours)
+    assert vanilla.probe == want_vanilla
+    assert ours.probe == (want_vanilla if SELF_CHECK else want_ours)
 
 
 def run_under(site: Path | None, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess:

@@ -21,6 +21,7 @@ from typing import Any
 
 from flaxpq.project import REPO_ROOT, Project
 from tests.oracle.programs import Program
+from tests.oracle.reports import Report
 
 TIMEOUT = 300.0
 SELF_CHECK = os.environ.get('ORACLE_OURS') == 'vanilla'
@@ -119,18 +120,18 @@ class VanillaReports:
                 entry = json.loads(line)
                 self.reports[entry['key']] = entry['report']
 
-    def get(self, program: Program) -> dict[str, Any] | None:
+    def get(self, program: Program) -> Report | None:
         report = self.reports.get(self.key(program))
         if report is None:
             self.fresh += 1
             return None
         self.reused += 1
-        return json.loads(json.dumps(report))
+        return Report.from_json(report)
 
-    def add(self, program: Program, report: dict[str, Any]) -> None:
+    def add(self, program: Program, report: Report) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / f'reports-{self.worker}.jsonl', 'a') as f:
-            f.write(json.dumps({'key': self.key(program), 'report': report}) + '\n')
+            f.write(json.dumps({'key': self.key(program), 'report': report.to_json()}) + '\n')
 
     def write_counts(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -145,26 +146,27 @@ class Pair:
         self.reports = reports
         self.reused = False  # the last vanilla report came from ``reports``
 
-    def run(self, program: Program) -> tuple[dict[str, Any], dict[str, Any]]:
+    def run(self, program: Program) -> tuple[Report, Report]:
         """Both flaxes run ``program`` concurrently (the self-check: one worker)."""
         if self.ours is self.vanilla:
             report = self.run_vanilla(program)
-            return report, json.loads(json.dumps(report))
+            return report, Report.from_json(report.to_json())
         self.reused = False
         self.vanilla.send(program)
         self.ours.send(program)
-        vanilla, ours = self.vanilla.receive(), self.ours.receive()
+        vanilla = Report.from_json(self.vanilla.receive())
+        ours = Report.from_json(self.ours.receive())
         if self.reports is not None:
             self.reports.add(program, vanilla)
         return vanilla, ours
 
-    def run_vanilla(self, program: Program) -> dict[str, Any]:
+    def run_vanilla(self, program: Program) -> Report:
         """Vanilla alone runs ``program`` (the workaround's reference)."""
         report = self.reports.get(program) if SELF_CHECK and self.reports else None
         self.reused = report is not None
         if report is None:
             self.vanilla.send(program)
-            report = self.vanilla.receive()
+            report = Report.from_json(self.vanilla.receive())
             if self.reports is not None and not SELF_CHECK:
                 self.reports.add(program, report)
         return report
