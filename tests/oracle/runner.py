@@ -28,25 +28,13 @@ from flax import nnx  # noqa: E402
 from tests.oracle.programs import (  # noqa: E402
     DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, MODES, RULES, Apply, Leaf, Program, Spec,
     program_from_json)
+from tests.oracle.probes.util import spec as jsonable_spec  # noqa: E402
 from tests.oracle.reports import AbstractLeaf, ApplyReport, OptimizerLeaf, Report, \
     VariableReport  # noqa: E402
 AXIS_TYPES = {'auto': jax.sharding.AxisType.Auto, 'explicit': jax.sharding.AxisType.Explicit}
 
 
 # Describing what flax made -------------------------------------------------
-
-def jsonable_spec(x: Any) -> Any:
-    """A metadata value as ``Spec.to_json``'s {'form', 'entries'}; None stays None."""
-    if x is None:
-        return None
-    kind = {tuple: 'tuple', list: 'list', jax.sharding.PartitionSpec: 'pspec'}.get(
-        type(x), type(x).__name__)
-    try:
-        entries = [list(e) if isinstance(e, (tuple, list)) else e for e in x]
-    except TypeError:
-        entries = repr(x)
-    return {'form': kind, 'entries': entries}
-
 
 def sharding_of(value: Any) -> Any:
     sharding = getattr(value, 'sharding', None)

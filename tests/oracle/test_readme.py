@@ -26,16 +26,17 @@ from tests.support.workers import SELF_CHECK, Pair
 NOT_IN_MESH = ['ValueError', "Resource axis: layers of P('layers', 'a', 'b') is not found in "
                "mesh: ('a', 'b')."]
 # Per probe: (vanilla's report, ours' report).
+TUPLE = lambda *entries: {'form': 'tuple', 'entries': list(entries)}  # noqa: E731
 CLAIMS: dict[str, tuple[Any, Any]] = {
     # README, "What changes": nnx.vmap(spmd_axis_name='a'). Vanilla leaves the
     # metadata per-layer (no entry for the stacked axis); the array is sharded
     # along 'a' on Auto meshes only (JAX batches sharding constraints there).
     # Ours gives the metadata the entry and moves nothing: arrays as vanilla.
     'readme.spmd_axis_name_metadata_and_sharding': (
-        {'auto': {'out_sharding': ['tuple', [None, 'b']], 'sharding': ['a', None, 'b']},
-         'explicit': {'out_sharding': ['tuple', [None, 'b']], 'sharding': [None, None, 'b']}},
-        {'auto': {'out_sharding': ['tuple', ['a', None, 'b']], 'sharding': ['a', None, 'b']},
-         'explicit': {'out_sharding': ['tuple', ['a', None, 'b']],
+        {'auto': {'out_sharding': TUPLE(None, 'b'), 'sharding': ['a', None, 'b']},
+         'explicit': {'out_sharding': TUPLE(None, 'b'), 'sharding': [None, None, 'b']}},
+        {'auto': {'out_sharding': TUPLE('a', None, 'b'), 'sharding': ['a', None, 'b']},
+         'explicit': {'out_sharding': TUPLE('a', None, 'b'),
                       'sharding': [None, None, 'b']}}),
     # README, Compatibility: bridge.ToNNX over a stack named 'layers' (not a
     # mesh axis) runs on vanilla; ours raises what creating that Variable raises.

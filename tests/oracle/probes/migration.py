@@ -85,7 +85,7 @@ def per_example_grads_idiom() -> Report:
 
 def _metadata_problems(report: Report) -> list[str]:
     ndim, spec = report['kernel_ndim'], report['kernel_out_sharding']
-    return [] if len(spec[1]) == ndim else [
+    return [] if len(spec['entries']) == ndim else [
         f'per-example kernel gradient of rank {ndim} has out_sharding {spec}']
 
 

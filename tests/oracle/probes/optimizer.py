@@ -173,7 +173,7 @@ def adafactor_problems(r: Report) -> list[str]:
             if param is None or leaf['shape'] == param['shape']:
                 continue
             sharded = [e for e in leaf['sharding'] or [] if e is not None]
-            wanted = ['tuple', leaf['sharding']] if sharded else None
+            wanted = {'form': 'tuple', 'entries': leaf['sharding']} if sharded else None
             if leaf['out_sharding'] != wanted or leaf['optimizer_sharding']:
                 problems.append(f'{axis_type}: {path} {leaf["shape"]} sharded '
                                 f'{leaf["sharding"]} has sharding metadata '

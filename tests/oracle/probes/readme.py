@@ -43,7 +43,7 @@ def _spmd_problems(r: Report) -> list[str]:
     # The metadata names the axis; the arrays are JAX's (docs/design.md, I5: sharded
     # along 'a' on Auto meshes only, where JAX batches sharding constraints).
     return [f'{kind}: {k}' for kind, k in r.items()
-            if k['out_sharding'][1][0] != 'a' or (k['sharding'][0] == 'a') != (kind == 'auto')]
+            if k['out_sharding']['entries'][0] != 'a' or (k['sharding'][0] == 'a') != (kind == 'auto')]
 
 
 # README "What changes": `nnx.vmap(spmd_axis_name='a')`.

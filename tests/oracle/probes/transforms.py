@@ -52,7 +52,7 @@ def stacked_problems(*kernels: Report) -> list[str]:
     """A stacked kernel's metadata must be as long as its rank, and say where it lives."""
     problems = []
     for k in kernels:
-        entries = k['out_sharding'][1]
+        entries = k['out_sharding']['entries']
         if len(entries) != len(k['shape']):
             problems.append(f'{entries} on a {k["shape"]} array')
         elif isinstance(k['sharding'], list) and entries != k['sharding']:
@@ -185,7 +185,7 @@ def decorator_flip_recipe_graph_mode() -> Report:
 # The decorator under jax.vmap inside a default nnx.vmap over layers.
 def experts_in_layers_problems(r: Report) -> list[str]:
     return stacked_problems(r['kernel']) + (
-        [] if r['kernel']['out_sharding'][1][:2] == [None, 'expert'] else
+        [] if r['kernel']['out_sharding']['entries'][:2] == [None, 'expert'] else
         [f'experts axis not second: {r["kernel"]}'])
 
 
@@ -206,7 +206,7 @@ def decorator_under_jax_vmap_inside_nnx_vmap() -> Report:
 
 # nnx.update inside an unnamed vmap over a 'layers'-named stack.
 def named_kept_problems(r: Report) -> list[str]:
-    found = r['kernel']['out_sharding'][1]
+    found = r['kernel']['out_sharding']['entries']
     return [] if found == ['layers', 'a', None] else [f'out_sharding {found}']
 
 
@@ -286,7 +286,7 @@ def named_scan_leaves_optimizer_sharding_alone() -> Report:
 
 # Tree mode honours a PARTITION_NAME for the Variables it creates.
 def tree_named_problems(r: Report) -> list[str]:
-    found = r['created'][1]
+    found = r['created']['entries']
     return [] if found == ['layers', 'a', 'b'] else [f'created {found}']
 
 
@@ -334,7 +334,7 @@ def spmd_axis_name_under_jit_auto() -> Report:
 # (JAX does not batch reshard along it): metadata stacked, arrays as vanilla.
 def spmd_named_problems(r: Report) -> list[str]:
     return [f'{name}: {k["out_sharding"]}' for name, k in r.items()
-            if name != 'arrays' and k['out_sharding'][1][:1] != [k['axis']]]
+            if name != 'arrays' and k['out_sharding']['entries'][:1] != [k['axis']]]
 
 
 @probe(fixed=spmd_named_problems, same=('arrays',))
@@ -541,8 +541,8 @@ def error_in_a_body_names_the_per_layer_spec() -> Report:
 def optimizer_sharding_problems(r: Report) -> list[str]:
     return [f'{form}: optimizer_sharding {k["optimizer_sharding"]} on {k["shape"]}'
             for form, k in r.items()
-            if len(k['optimizer_sharding'][1]) != len(k['shape'])
-            or k['optimizer_sharding'][1][0] != k['out_sharding'][1][0]]
+            if len(k['optimizer_sharding']['entries']) != len(k['shape'])
+            or k['optimizer_sharding']['entries'][0] != k['out_sharding']['entries'][0]]
 
 
 @probe(fixed=optimizer_sharding_problems)
@@ -606,7 +606,7 @@ def spmd_axis_name_spec_uses_the_axis_explicit() -> Report:
 
 # Pipeline stages from spmd_axis_name on an Explicit mesh, run by nnx.scan.
 def stages_problems(r: Report) -> list[str]:
-    found = r['stages'][1]
+    found = r['stages']['entries']
     return [] if found[:1] == ['stage'] and len(found) == 3 else [f'stages {found}']
 
 

@@ -10,11 +10,16 @@ from flax import nnx
 
 
 def spec(x: Any) -> Any:
-    """A metadata spec as ``[type, entries]``: type kept, ``None`` as is."""
+    """A metadata spec as ``{'form', 'entries'}`` (the oracle's one JSON form of
+    specs, ``programs.Spec.to_json``): its type kept, ``None`` as is."""
     if x is None:
         return None
-    kind = {tuple: 'tuple', list: 'list', jax.P: 'P'}.get(type(x), type(x).__name__)
-    return [kind, [list(e) if isinstance(e, (tuple, list)) else e for e in x]]
+    kind = {tuple: 'tuple', list: 'list', jax.P: 'pspec'}.get(type(x), type(x).__name__)
+    try:
+        entries = [list(e) if isinstance(e, (tuple, list)) else e for e in x]
+    except TypeError:
+        entries = repr(x)
+    return {'form': kind, 'entries': entries}
 
 
 def sharding(value: Any) -> Any:
