@@ -111,3 +111,13 @@ def test_the_device_flags_of_the_test_run_do_not_reach_the_pages(
 
 def test_the_user_guide_has_code() -> None:
     assert any(p.name == 'sharding-stacked-layers.md' for p in PAGES_WITH_CODE)
+
+
+def test_each_guide_block_after_the_first_says_which_blocks_it_continues() -> None:
+    """Pasted alone, a later block of the guide would miss the names of the
+    blocks before it: its first line says which ones it continues."""
+    blocks = python_blocks((REPO_ROOT / 'docs' / 'sharding-stacked-layers.md').read_text())
+    assert not blocks[0].startswith('# continues'), blocks[0]
+    missing = [block.splitlines()[0] for block in blocks[1:]
+               if not block.startswith('# continues: ')]
+    assert not missing, missing
