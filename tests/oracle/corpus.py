@@ -99,6 +99,19 @@ ROWS += [
     for wrap in ('clone', 'optimizer')
 ]
 
+# Found by the oracle: a tree-mode stack made with an extra transform_metadata
+# key, which ours honours as graph mode does, meets an unmapped copy in a
+# pytree op inside a default body: its metadata differs from the copy's by
+# the stacked entry of that key, so ours fails there as vanilla does for the
+# same stack made in graph mode.
+ROWS += [
+    Program(f'body tree_map: {mode} stack with an extra key, default tree-mode vmap',
+            (Leaf('w', (8, 8), Spec('pspec', ()), extra_spec=Spec('tuple', ('x0',))),),
+            (Stack('scan', 2, 0, 'a', mode, extra=True),),
+            apply=Apply('vmap', DEFAULT, 'tree', 'tree_map'))
+    for mode in ('graph', 'graph-no-updates')
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {}

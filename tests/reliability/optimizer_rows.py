@@ -153,7 +153,33 @@ def live_jit_abstract() -> Outcome:
     return outcome(run)
 
 
+def lbfgs_memory() -> Outcome:
+    """State of another shape that the parameter's sharding fits."""
+    jax.sharding.set_mesh(jax.make_mesh((2, 4), ('a', 'b')))
+    model = nnx.Linear(64, 64, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', 'b')})
+    return outcome(lambda: {'memory': spec(nnx.Optimizer(
+        model, optax.lbfgs(memory_size=4), wrt=nnx.Param).opt_state[0].diff_params_memory['kernel'][...])})
+
+
+def optimizer_on_another_mesh() -> Outcome:
+    """The model made on a (2, 4) mesh, its optimizer on a (4, 2) one."""
+    def make() -> nnx.Linear:
+        return nnx.Linear(4, 8, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', None)})
+
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
+            model = make()
+        with jax.set_mesh(jax.make_mesh((4, 2), ('a', 'b'))):
+            optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+        mu = optimizer.opt_state[0].mu['kernel'][...]
+        return {'mu': spec(mu), 'mesh': list(mu.sharding.mesh.shape.values())}
+
+    return outcome(run)
+
+
 ROWS: dict[str, Callable[[], Any]] = {
+    'lbfgs_memory': lbfgs_memory,
+    'optimizer_on_another_mesh': optimizer_on_another_mesh,
     'masked_state': masked_state,
     'python_scalar_param': python_scalar_param,
     'layer_name_not_a_mesh_axis': layer_name_not_a_mesh_axis,

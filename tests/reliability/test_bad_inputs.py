@@ -470,7 +470,7 @@ def test_7_optimizer_spec_longer_than_rank(ours: dict[str, Outcome]) -> None:
                'One of with_sharding_constraint arguments is incompatible',
                'is only valid for values of rank at least 3, but was applied to a value of rank 2')
         notes = ours[case].get('notes', '')
-        assert ("OptVariable of shape (16, 32) eagerly with "
+        assert ("OptVariable, sharded eagerly, of shape (16, 32) with "
                 "out_sharding=('fsdp', 'tensor', None)") in notes, notes
     # A concrete array's sharding is known: the state follows it, and keeps the
     # metadata as declared, like the parameter.
@@ -490,17 +490,17 @@ def test_8_partition_name_mismatch_in_pass_through(ours: dict[str, Outcome]) -> 
 
 # Where nnx's own code meets JAX's error: a note naming the Variable (I6).
 NOTES = {
-    '1a_create': "Param of shape (16, 32) eagerly with out_sharding=('fsdp', 'tensor', None)",
-    '1a_abstract_model': "Param of shape (16, 32) eagerly with "
+    '1a_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'tensor', None)",
+    '1a_abstract_model': "Param, sharded eagerly, of shape (16, 32) with "
                          "out_sharding=('fsdp', 'tensor', None)",
-    '2_create': "Param of shape (16, 32) eagerly with out_sharding=('fsdp', 'bogus')",
+    '2_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'bogus')",
     '2_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('fsdp', 'bogus')",
-    '4_create': "Param of shape (16, 32) eagerly with out_sharding=('fsdp', 'fsdp')",
+    '4_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'fsdp')",
     '4_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('fsdp', 'fsdp')",
     '4_stack_on_used_axis_named_sharding': (
         "Param at 'down/kernel' of shape (2, 32, 16) with "
         "out_sharding=('fsdp', 'tensor', 'fsdp')"),
-    '5_create': "Param of shape (16, 32) eagerly with out_sharding=('embed', 'mlp'), "
+    '5_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('embed', 'mlp'), "
                 "sharding_rules=(('embed', 'fsdp'),)",
     '5_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('embed', 'mlp'), "
                         "sharding_rules=(('embed', 'fsdp'),)",

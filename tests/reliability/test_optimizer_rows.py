@@ -84,3 +84,11 @@ def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
     assert vanilla['live'] != vanilla['param'], 'vanilla no longer mis-shards the live state'
     assert ours['live'] == ours['jit'] == ours['param']
     assert ours['abstract'] == ours['abstract_param']
+
+
+@pytest.mark.parametrize('row', ['lbfgs_memory', 'optimizer_on_another_mesh'])
+def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
+        both: tuple[dict[str, Any], dict[str, Any]], row: str) -> None:
+    vanilla, ours = (report[row] for report in both)
+    assert 'error' not in vanilla, vanilla
+    assert ours == vanilla

@@ -264,7 +264,7 @@ def short_optimizer_sharding_raises_jax_error() -> Report:
 
 
 def note_problems(r: Report) -> list[str]:
-    wanted = ("OptVariable of shape (3, 8, 8) eagerly with "
+    wanted = ("OptVariable, sharded eagerly, of shape (3, 8, 8) with "
               "out_sharding=('a', 'b')", 'that divide their dimensions')
     return [f'no note naming {w}' for w in wanted if w not in r['notes']]
 
