@@ -114,7 +114,7 @@ check-hooks: venv
 # --durations: the slowest tests at the end.
 # -m slow: tests that build, install or run a whole program (pyproject.toml).
 # The suite keeps vanilla's oracle reports in $(ORACLE_REPORTS) for the
-# self-check (tests/oracle/conftest.py, VanillaReports).
+# self-check (tests/support/workers.py, VanillaReports).
 ORACLE_REPORTS := build/oracle-reports
 our-tests: install
 	rm -rf $(ORACLE_REPORTS)
