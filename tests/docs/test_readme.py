@@ -1,4 +1,4 @@
-"""The README's copies of outputs are what the programs print (issue 25).
+"""The README's copies of outputs are what the programs print.
 
 Its opening error block is what vanilla flax 0.12.12 prints for the Quick
 start, and its copy of ``make demo``'s table is what ``examples/compare.py``

@@ -58,7 +58,7 @@ def test_python_older_than_3_12_is_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_flaxpq_under_python_older_than_3_12_says_so_first(tmp_path: Path) -> None:
     """Not pip's ``Requires-Python`` download error, which reads as a network
-    problem (issue 19): with an empty cache, ``fetch`` would run pip."""
+    problem: with an empty cache, ``fetch`` would run pip."""
     python = python_311()
     if python is None:
         pytest.skip('no Python 3.11 on this machine')

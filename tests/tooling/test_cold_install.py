@@ -1,4 +1,4 @@
-"""Installing from a git URL on a machine that has nothing cached (issue 12).
+"""Installing from a git URL on a machine that has nothing cached.
 
 Each test starts from a fresh clone of this repository at its HEAD commit
 (commit before running: uncommitted edits are not in the clone), a fresh
@@ -68,7 +68,7 @@ def test_pip_installs_from_a_git_url_with_cold_caches(tmp_path: Path) -> None:
 def test_uv_installs_from_a_git_url_with_cold_caches(tmp_path: Path) -> None:
     """The whole install through uv, cold: build, dependencies, import.
 
-    54 s at load 5-6 (series 4): uv downloads flax's dependencies (jax,
+    54 s at load 5-6: uv downloads flax's dependencies (jax,
     jaxlib, optax, orbax) in parallel and builds once.
     """
     uv = Path(sys.executable).parent / 'uv'  # requirements/test.txt
@@ -113,7 +113,7 @@ def test_offline_recipe_builds_with_the_index_unreachable(tmp_path: Path) -> Non
     Long for what the recipe is: downloads with empty caches, a new venv
     whose pip is upgraded from the wheelhouse, and one full wheel build;
     nothing in it can be shared with the other tests, whose caches must stay
-    cold too. Measured: 111 s at load 5-6 (series 4); 334 s at load 10-12
+    cold too. Measured: 111 s at load 5-6; 334 s at load 10-12
     (2026-12-01 19:28 UTC, see the pip test); not yet measured idle.
     """
     connected = isolated_env(tmp_path / 'connected')

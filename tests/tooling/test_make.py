@@ -1,4 +1,4 @@
-"""The Makefile's progress lines (scripts/timed), the demo's venvs (issues 19, 25)."""
+"""The Makefile's progress lines (scripts/timed), the demo's venvs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""flaxpq's messages name only commands the README presents (issue 25).
+"""flaxpq's messages name only commands the README presents.
 
 A message that tells a user to run ``make <target>`` or ``python -m flaxpq
 <command>`` sends them to the README to find out what that is; each such

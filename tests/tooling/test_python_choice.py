@@ -1,4 +1,4 @@
-"""Which Python `make` picks, and what a changed pick does (issue 25).
+"""Which Python `make` picks, and what a changed pick does.
 
 ``scripts/find-python`` must pick in the order of the README's Install
 section (``python3`` if >= 3.12, ``python3.12``, pyenv's newest 3.12.x, and
