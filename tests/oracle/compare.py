@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from tests.oracle.programs import DEFAULT, EXTRA_KEY, Program, Spec, apply_axis_entry, \
@@ -349,35 +350,43 @@ def check_optimizer_state_mirrors_parameters(c: Judged) -> list[Divergence]:
 
 # Ours equal to vanilla -------------------------------------------------------------
 
+def paired_entries(c: Judged, keys: tuple[str, ...],
+                   found: list[Divergence]) -> Iterator[tuple[str, str, Any, Any]]:
+    """``(key, path, vanilla's entry, ours)`` for each report section of
+    ``keys`` that both reports have with the same paths; a section whose paths
+    differ goes into ``found`` instead."""
+    for key in keys:
+        vs, os_ = getattr(c.vanilla, key), getattr(c.ours, key)
+        if vs is None or os_ is None:
+            continue
+        if sorted(vs) != sorted(os_):
+            found.append(('compat', f'{key}: paths {sorted(os_)}, vanilla {sorted(vs)}'))
+            continue
+        for path, ve in vs.items():
+            yield key, path, ve, os_[path]
+
+
 def check_variables_equal_vanilla(c: Judged) -> list[Divergence]:
     """Every Variable after each stage: same paths, types, values, shardings and
     metadata keys (metadata itself too for a hand-written program); after a
     train step downstream of vanilla's mis-sharded optimizer state, values and
     shardings are not compared."""
-    v, o = c.vanilla, c.ours
     fixed = c.vanilla_state_missharded()
-    found = []
-    for key in ('variables', 'after_apply', 'after_train'):
-        vs, os_ = getattr(v, key), getattr(o, key)
-        if vs is None or os_ is None:
-            continue
-        if sorted(vs) != sorted(os_):
-            found.append(('compat', f'{key}: paths {sorted(os_)} vs vanilla {sorted(vs)}'))
-            continue
-        for path, ve in vs.items():
-            oe = os_[path]
-            for field in ('type', 'dtype', 'shape', 'digest', 'sharding'):
-                mine, theirs = getattr(oe, field), getattr(ve, field)
-                if theirs != mine and not (
-                        fixed and key == 'after_train' and field in ('digest', 'sharding')):
-                    found.append(('compat', f'{key} {path}.{field}: ours {mine}, '
-                                            f'vanilla {theirs}'))
-            if ve.metadata_keys != oe.metadata_keys:
-                found.append(('compat', f'{key} {path} metadata keys: ours '
-                                        f'{oe.metadata_keys}, vanilla {ve.metadata_keys}'))
-            if c.expect_v is None and ve.metadata != oe.metadata:
-                found.append(('compat', f'{key} {path} metadata: ours {oe.metadata}, '
-                                        f'vanilla {ve.metadata}'))
+    found: list[Divergence] = []
+    for key, path, ve, oe in paired_entries(c, ('variables', 'after_apply', 'after_train'),
+                                            found):
+        for field in ('type', 'dtype', 'shape', 'digest', 'sharding'):
+            mine, theirs = getattr(oe, field), getattr(ve, field)
+            if theirs != mine and not (
+                    fixed and key == 'after_train' and field in ('digest', 'sharding')):
+                found.append(('compat', f'{key} {path}.{field}: ours {mine}, '
+                                        f'vanilla {theirs}'))
+        if ve.metadata_keys != oe.metadata_keys:
+            found.append(('compat', f'{key} {path} metadata keys: ours '
+                                    f'{oe.metadata_keys}, vanilla {ve.metadata_keys}'))
+        if c.expect_v is None and ve.metadata != oe.metadata:
+            found.append(('compat', f'{key} {path} metadata: ours {oe.metadata}, '
+                                    f'vanilla {ve.metadata}'))
     return found
 
 
@@ -416,25 +425,16 @@ def check_optimizer_state_equals_vanilla(c: Judged) -> list[Divergence]:
     """Optimizer state before and after training: same leaves, shapes, values
     (after training: unless vanilla's state was mis-sharded), and the sharding
     of each leaf that mirrors no parameter."""
-    v, o = c.vanilla, c.ours
     fixed = c.vanilla_state_missharded()
-    found = []
-    for key in ('optimizer', 'optimizer_after_train'):
-        vs, os_ = getattr(v, key), getattr(o, key)
-        if vs is None or os_ is None:
-            continue
-        if sorted(vs) != sorted(os_):
-            found.append(('compat', f'{key} leaves: ours {sorted(os_)}, vanilla {sorted(vs)}'))
-            continue
-        for path, ve in vs.items():
-            oe = os_[path]
-            if oe.shape != ve.shape:
-                found.append(('compat', f'{key} {path}: shape differs from vanilla'))
-            elif oe.digest != ve.digest and not (fixed and key == 'optimizer_after_train'):
-                found.append(('compat', f'{key} {path}: values differ from vanilla'))
-            if ve.mirrors is None and oe.sharding != ve.sharding:
-                found.append(('compat', f'{key} {path}: ours {oe.sharding}, '
-                                        f'vanilla {ve.sharding}'))
+    found: list[Divergence] = []
+    for key, path, ve, oe in paired_entries(c, ('optimizer', 'optimizer_after_train'), found):
+        if oe.shape != ve.shape:
+            found.append(('compat', f'{key} {path}: shape differs from vanilla'))
+        elif oe.digest != ve.digest and not (fixed and key == 'optimizer_after_train'):
+            found.append(('compat', f'{key} {path}: values differ from vanilla'))
+        if ve.mirrors is None and oe.sharding != ve.sharding:
+            found.append(('compat', f'{key} {path}: ours {oe.sharding}, '
+                                    f'vanilla {ve.sharding}'))
     return found
 
 
