@@ -392,10 +392,11 @@ def check_variables_equal_vanilla(c: Judged) -> list[Divergence]:
 
 def check_apply_output_equals_vanilla(c: Judged) -> list[Divergence]:
     """The forward pass's output digest."""
-    v, o = c.vanilla, c.ours
-    if v.apply is not None and o.apply is not None and v.apply.output != o.apply.output:
-        return [('compat', f'apply output: ours {o.apply.output}, vanilla {v.apply.output}')]
-    return []
+    found: list[Divergence] = []
+    theirs, mine = c.vanilla.apply, c.ours.apply
+    if theirs is not None and mine is not None and theirs.output != mine.output:
+        found.append(('compat', f'apply output: ours {mine.output}, vanilla {theirs.output}'))
+    return found
 
 
 def check_consumers_equal_vanilla(c: Judged) -> list[Divergence]:
