@@ -177,7 +177,27 @@ def optimizer_on_another_mesh() -> Outcome:
     return outcome(run)
 
 
+def variable_holding_none() -> Outcome:
+    """A placeholder Param(None) with a spec: its spec, its named sharding and
+    the abstract model (which fails on a value without a shape)."""
+    mesh = jax.make_mesh((2, 4), ('a', 'b'))
+
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.cache = nnx.Param(None, out_sharding=('a', None), eager_sharding=False)
+            self.kernel = nnx.Param(jnp.ones((2, 4)), out_sharding=('a', None))
+
+    with jax.set_mesh(mesh):
+        model = Model()
+        specs = nnx.get_partition_spec(nnx.state(model))
+        named = nnx.get_named_sharding(nnx.state(model), mesh)
+        abstract = outcome(lambda: {'cache': str(nnx.eval_shape(Model).cache.get_value())})
+    return {'spec': str(specs['cache'].get_value()),
+            'named': str(named['cache'].get_value().spec), 'abstract': abstract}
+
+
 ROWS: dict[str, Callable[[], Any]] = {
+    'variable_holding_none': variable_holding_none,
     'lbfgs_memory': lbfgs_memory,
     'optimizer_on_another_mesh': optimizer_on_another_mesh,
     'masked_state': masked_state,

@@ -86,7 +86,8 @@ def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
     assert ours['abstract'] == ours['abstract_param']
 
 
-@pytest.mark.parametrize('row', ['lbfgs_memory', 'optimizer_on_another_mesh'])
+@pytest.mark.parametrize('row', ['lbfgs_memory', 'optimizer_on_another_mesh',
+                                 'variable_holding_none'])
 def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
         both: tuple[dict[str, Any], dict[str, Any]], row: str) -> None:
     vanilla, ours = (report[row] for report in both)
