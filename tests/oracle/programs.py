@@ -29,14 +29,15 @@ The rule:
   every mapped Variable with a truthy one holds the name at the axis (or
   none has one);
 - ours, given no name, infers one per call: the entry every mapped Variable
-  with an ``out_sharding`` holds at the axis (a spec shorter than the axis,
-  with one entry, or empty has none there), the ``spmd_axis_name`` (None)
-  where no mapped Variable has one. Where they disagree the call leaves all
-  metadata as vanilla does (the body sees the stacked specs, what it makes
-  keeps its own). Else it does what that name given does, with
-  ``optimizer_sharding`` taking its own shared entry (left alone where those
-  disagree), keeping a spec longer than the per-slice rank as it is, and
-  inserting None where the entry's mesh axes are in the spec already.
+  with an ``out_sharding`` holds at the axis (a spec without the stacked
+  value's rank, maybe the slice's, with one entry, or empty has none
+  there), the ``spmd_axis_name`` (None) where no mapped Variable has one.
+  Where they disagree the call leaves all metadata as vanilla does (the
+  body sees the stacked specs, what it makes keeps its own). Else it does
+  what that name given does, with ``optimizer_sharding`` taking its own
+  shared entry (left alone where those disagree), keeping a spec longer
+  than the per-slice rank as it is, and inserting None where the entry's
+  mesh axes are in the spec already.
 An ``out_sharding`` of None or ``()`` is never inserted into.
 """
 
@@ -278,9 +279,9 @@ class Call:
 def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
     """A mapped spec's entry at the stacked axis (``rank``: the stacked value's)."""
     i = axis if axis >= 0 else axis + rank
-    if spec.form in FORMS and i < len(spec.entries) and len(spec.entries) > 1:
+    if spec.form in FORMS and len(spec.entries) == rank > 1:
         return spec.entries[i]
-    return MISSING  # no entry there: a short or one-entry spec, or ()
+    return MISSING  # no entry there: a spec of another rank (maybe the slice's), one entry, or ()
 
 
 def _shared(entries: list[Any], default: Any) -> Any:
@@ -308,9 +309,10 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
       too where every mapped Variable with one holds the name at the axis
       (or none has one).
     - Ours, given no name: the entry all mapped Variables with an
-      ``out_sharding`` share at the axis (a short or one-entry spec has
-      none there; an empty one takes no part), ``spmd_axis_name`` where none has one; where they
-      disagree the call leaves the metadata alone. Then as with that name,
+      ``out_sharding`` share at the axis (a spec without the stacked rank or
+      of one entry has none there; an empty one takes no part),
+      ``spmd_axis_name`` where none has one; where they disagree the call
+      leaves the metadata alone. Then as with that name,
       ``optimizer_sharding`` taking its own shared entry, and ``inferred``.
     """
     if decorator is not None:

@@ -196,7 +196,38 @@ def variable_holding_none() -> Outcome:
             'named': str(named['cache'].get_value().spec), 'abstract': abstract}
 
 
+def named_stack_after_a_jitted_step() -> Outcome:
+    """A stack named 'a' before its sharded init, one jitted Adam step: the
+    kernel's array sharding and values after it (Auto mesh)."""
+    def make(key: jax.Array) -> nnx.Linear:
+        init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'b'))
+        return nnx.Linear(8, 8, kernel_init=init, rngs=nnx.Rngs(key))
+
+    with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'), axis_types=(jax.sharding.AxisType.Auto,) * 2)):
+        model = nnx.vmap(make, transform_metadata={nnx.PARTITION_NAME: 'a'})(
+            jax.random.split(jax.random.key(0), 4))
+        optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+        @nnx.jit
+        def step(model: nnx.Linear, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
+            def loss(model: nnx.Linear) -> jax.Array:
+                forward = nnx.scan(lambda layer, x: jnp.tanh(layer(x)), in_axes=(0, nnx.Carry),
+                                   out_axes=nnx.Carry, transform_metadata={nnx.PARTITION_NAME: 'a'})
+                return jnp.mean(forward(model, x) ** 2)
+
+            value, grads = nnx.value_and_grad(loss)(model)
+            optimizer.update(model, grads)
+            return value
+
+        before = spec(model.kernel[...])
+        loss_value = float(step(model, optimizer, jnp.ones((2, 8))))
+        kernel = model.kernel[...]
+    return {'before': before, 'after': spec(kernel), 'loss': loss_value,
+            'sum': float(jnp.sum(kernel))}
+
+
 ROWS: dict[str, Callable[[], Any]] = {
+    'named_stack_after_a_jitted_step': named_stack_after_a_jitted_step,
     'variable_holding_none': variable_holding_none,
     'lbfgs_memory': lbfgs_memory,
     'optimizer_on_another_mesh': optimizer_on_another_mesh,

@@ -93,3 +93,13 @@ def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
     vanilla, ours = (report[row] for report in both)
     assert 'error' not in vanilla, vanilla
     assert ours == vanilla
+
+
+def test_parameters_keep_their_layout_through_a_step(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['named_stack_after_a_jitted_step'] for report in both)
+    assert vanilla['before'] == ours['before'] == ['None', 'None', 'b']
+    assert vanilla['after'] == ['a', 'None', 'b'], 'vanilla no longer moves the kernel'
+    assert ours['after'] == ours['before']
+    assert ours['loss'] == vanilla['loss']
+    assert ours['sum'] == pytest.approx(vanilla['sum'], rel=1e-6)

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from flax import nnx
 from tests.oracle.probes import Report, probe
@@ -661,3 +662,81 @@ def raw_lax_scan_recipe() -> Report:
 
         y, _ = jax.lax.scan(body, jnp.ones((2, 4)), state)
     return {'y': digest(y)}
+
+
+def stacked_by_hand(spec_: Any, how: str) -> nnx.Linear:
+    """Three layers stacked with jax.vmap or jnp.stack: each kernel keeps
+    the per-layer spec on its stacked array."""
+    graphdef, _ = nnx.split(layer(nnx.Rngs(0), spec_))
+    if how == 'jax.vmap':
+        state = jax.vmap(lambda k: nnx.split(layer(nnx.Rngs(k), spec_))[1])(
+            jax.random.split(jax.random.key(0), 3))
+    else:
+        states = [nnx.state(layer(nnx.Rngs(i), spec_)) for i in range(3)]
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    return nnx.merge(graphdef, state)
+
+
+def constrain_by_metadata(layer_: nnx.Linear) -> None:
+    state = nnx.state(layer_)
+    nnx.update(layer_, jax.lax.with_sharding_constraint(state, nnx.get_partition_spec(state)))
+
+
+@probe()
+def per_layer_specs_of_a_hand_made_stack() -> Report:
+    """Default transforms over a stack whose metadata is each layer's: the
+    body sees and applies that spec, and an optimizer made there follows it."""
+    out: Report = {}
+    with jax.set_mesh(mesh()):
+        for spec_ in ((None, 'b'), ('a', 'b')):
+            for how in ('jax.vmap', 'jnp.stack'):
+                key = f'{spec_} {how}'
+                layers = stacked_by_hand(spec_, how)
+                seen: list[Any] = []
+
+                @nnx.vmap
+                def in_vmap(layer_: nnx.Linear) -> Any:
+                    seen.append(spec(layer_.kernel.out_sharding))
+                    constrain_by_metadata(layer_)
+                    optimizer = nnx.Optimizer(layer_, optax.adam(1e-2), wrt=nnx.Param)
+                    return optimizer.opt_state[0].mu['kernel'][...]
+
+                mu = in_vmap(layers)
+                out[f'{key} vmap'] = {'inside': seen[0], 'mu': sharding(mu), 'kernel': kernel(layers)}
+
+                @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+                def in_scan(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
+                    seen.append(spec(layer_.kernel.out_sharding))
+                    constrain_by_metadata(layer_)
+                    return x
+
+                in_scan(layers, jnp.ones(()))
+                out[f'{key} scan'] = {'inside': seen[-1], 'kernel': kernel(layers)}
+    return out
+
+
+def zip_problems(r: Report) -> list[str]:
+    return [f'{key}: {outcome}' for key, outcome in r.items() if outcome != 'ok']
+
+
+@probe(fixed=zip_problems)
+def hand_stacked_state_with_the_stacked_entry() -> Report:
+    """A state stacked with jnp.stack, given the stacked entry by
+    nnx.spmd.add_axis, zips with a stack made by nnx.vmap and updates it
+    without changing its metadata."""
+    out: Report = {}
+    with jax.set_mesh(mesh()):
+        model = stack(3, (None, 'b'))
+        states = [nnx.state(layer(nnx.Rngs(i), (None, 'b'))) for i in range(3)]
+        by_hand = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        by_hand = nnx.spmd.add_axis(by_hand, 0, {nnx.PARTITION_NAME: None})
+        try:
+            jax.tree.map(lambda a, b: a - b, nnx.state(model), by_hand)
+            out['zip'] = 'ok'
+        except ValueError as e:
+            out['zip'] = str(e).split('\n')[0]
+        before = spec(model.kernel.out_sharding)
+        nnx.update(model, by_hand)
+        after = spec(model.kernel.out_sharding)
+        out['update'] = 'ok' if after == before else f'{before} became {after}'
+    return out
