@@ -136,6 +136,20 @@ class Judged:
         return v is not None and o is not None and v.made is not None \
             and o.made is not None and sorted(v.made) == sorted(o.made)
 
+    def placed_by_a_stacked_spec(self, path: str) -> bool:
+        """The parameter of the state made at ``path`` declares an
+        ``optimizer_sharding`` that the call left stacked (it has no entry at
+        the axis, as a stack made from specs shorter than its layers): that
+        spec places the state, as on vanilla, and neither vanilla's sharding
+        nor the parameter's judges it (docs/compatibility.md)."""
+        param = self.mirrored(self.ours, path)
+        leaf = next((l for l in self.program.leaves if l.name == param), None)
+        if leaf is None or not leaf.optimizer_spec or self.expect_o is None:
+            return False
+        inside = inside_metadata(self.program, 'ours', self.expect_o)
+        return inside is not None and \
+            inside[leaf.name]['optimizer_sharding'] == self.expect_o[leaf.name]['optimizer_sharding']
+
     def mirror_judged(self, path: str) -> bool:
         """Optimizer state made in a body at ``path`` is judged by its parameter
         (``check_made_state_mirrors_its_parameter``), not by vanilla's sharding."""
@@ -472,7 +486,7 @@ def check_made_equal_vanilla(c: Judged) -> list[Divergence]:
     for path, ve in v.made.items():
         oe = o.made[path]
         for field in ('type', 'dtype', 'shape', 'digest', 'sharding', 'metadata_keys'):
-            if field == 'sharding' and c.mirror_judged(path):
+            if field == 'sharding' and (c.mirror_judged(path) or c.placed_by_a_stacked_spec(path)):
                 continue
             mine, theirs = getattr(oe, field), getattr(ve, field)
             if theirs != mine:
@@ -488,7 +502,7 @@ def check_made_state_mirrors_its_parameter(c: Judged) -> list[Divergence]:
     v, o = c.vanilla, c.ours
     found = []
     for path in v.apply.made:
-        if not c.mirror_judged(path):
+        if not c.mirror_judged(path) or c.placed_by_a_stacked_spec(path):
             continue
         param = c.mirrored(o, path)
         vanilla_ok = v.apply.made[path].sharding == v.after_apply[param].sharding

@@ -112,6 +112,20 @@ ROWS += [
     for mode in ('graph', 'graph-no-updates')
 ]
 
+# Found by the oracle: a stack made from a spec shorter than its layers
+# (so it has no entry at the axis when mapped again) and an optimizer built
+# in a default body: the declared optimizer_sharding places the state, in
+# the body's view of it, which the call leaves stacked; and the same stack
+# mapped with the body seeing its specs.
+ROWS += [
+    Program(f'made in body: optimizer over a stack of short specs, {mode} scan',
+            (Leaf('w', (16, 16, 8), Spec('pspec', (('a', 'b'),)),
+                  optimizer_spec=Spec('pspec', (('a', 'b'),))),),
+            (Stack('scan', 4, 0, DEFAULT, 'graph'),), mesh='explicit',
+            apply=Apply('scan', DEFAULT, mode, 'optimizer'))
+    for mode in ('graph', 'tree')
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {}
