@@ -31,7 +31,7 @@ MIN_PYTHON = (3, 12)  # upstream flax's Requires-Python (0.12.12: >=3.12)
 _MIN = '.'.join(map(str, MIN_PYTHON))
 # How to get such a venv, also where `python3.12` is a pyenv shim that fails
 # unless 3.12 is selected, and offline, where `uv venv --python 3.12` cannot
-# download one (README.md, "Install").
+# download one (README.md, "Get it").
 NEW_PYTHON_HOWTO = (
     f'`python{_MIN} -m venv .venv`; with pyenv, `"$(pyenv prefix {_MIN})/bin/python" '
     f'-m venv .venv` (`pyenv install {_MIN}` first if it has none); or '

@@ -26,7 +26,7 @@ from flaxpq import QueueError
 from flaxpq.project import CACHE_ENV, Pin, cache_dir
 
 SDIST_ENV = 'FLAXPQ_SDIST'
-OFFLINE_HELP = 'README.md, "Install offline"'
+OFFLINE_HELP = 'docs/install-offline.md'
 
 # Set by pip or uv for the build hook that runs us. Inherited by a nested pip,
 # they make its own builds look for their backend in our backend-path (our

@@ -170,8 +170,8 @@ def test_a_failed_download_shows_pips_lines_the_offline_recipe_and_the_rerun(
     assert said[1].startswith('  WARNING: Retrying') and 'Connection refused' in said[1]
     assert said[2].startswith('  ERROR: Could not find a version that satisfies')
     advice = said[-1]
-    assert advice.startswith('Offline or behind a firewall? Build offline (README.md, '
-                             f'"Install offline"): set FLAXPQ_SDIST=/path/to/{PIN.sdist}')
+    assert advice.startswith('Offline or behind a firewall? Build offline '
+                             f'(docs/install-offline.md): set FLAXPQ_SDIST=/path/to/{PIN.sdist}')
     assert str(tmp_path / 'empty-cache') in advice
     assert advice.endswith("to see all of pip's output, run `python -m pip download --no-deps "
                            '--only-binary=:all: --no-binary=flax --disable-pip-version-check '

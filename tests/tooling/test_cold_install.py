@@ -100,11 +100,11 @@ def test_fetch_with_the_index_unreachable_names_the_connection_failure(
     assert looked == f'  Looking in indexes: {UNREACHABLE_INDEX}', message
     assert warned.startswith('  WARNING: Retrying') and 'Connection refused' in warned, message
     assert 'Traceback' not in message
-    assert 'FLAXPQ_SDIST' in message and 'Install offline' in message
+    assert 'FLAXPQ_SDIST' in message and 'docs/install-offline.md' in message
 
 
 def test_offline_recipe_builds_with_the_index_unreachable(tmp_path: Path) -> None:
-    """README "Install offline", minus flax's dependencies (plain pip).
+    """docs/install-offline.md, minus flax's dependencies (plain pip).
 
     Connected: the sdist (``python -m flaxpq fetch``) and the build
     requirements as wheels, and upstream's flax wheel, which the README's

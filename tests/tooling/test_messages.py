@@ -1,8 +1,9 @@
-"""flaxpq's messages name only commands the README presents.
+"""flaxpq's messages name only commands the user pages present.
 
 A message that tells a user to run ``make <target>`` or ``python -m flaxpq
-<command>`` sends them to the README to find out what that is; each such
-command must be there.
+<command>`` sends them to the README (or the pages it links for installing
+offline and for maintainers) to find out what that is; each such command
+must be there.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ def named_commands() -> set[str]:
     return commands
 
 
-def test_flaxpq_messages_name_only_commands_the_readme_presents() -> None:
-    readme = (REPO_ROOT / 'README.md').read_text()
+def test_flaxpq_messages_name_only_commands_the_user_pages_present() -> None:
+    readme = '\n'.join((REPO_ROOT / page).read_text() for page in (
+        'README.md', 'docs/install-offline.md', 'docs/maintainers.md'))
     commands = named_commands()
     assert 'make test' in commands and 'python -m flaxpq export' in commands, commands
     missing = sorted(c for c in commands if not re.search(rf'\b{re.escape(c)}\b', readme))
-    assert not missing, f'named in flaxpq/ but not in README.md: {missing}'
+    assert not missing, f'named in flaxpq/ but on no user page: {missing}'

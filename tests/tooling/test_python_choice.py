@@ -124,8 +124,8 @@ def test_a_changed_python_makes_the_venv_anew(machine: tuple[Path, Path]) -> Non
 
 
 def test_the_install_section_and_find_python_name_the_same_order() -> None:
-    """The README says the order find-python's own comment gives."""
-    readme = ' '.join((REPO_ROOT / 'README.md').read_text().split())
+    """The maintainers' guide says the order find-python's own comment gives."""
+    readme = ' '.join((REPO_ROOT / 'docs' / 'maintainers.md').read_text().split())
     assert ('`python3` if it is 3.12 or newer, else `python3.12` on `PATH`, else '
             "pyenv's newest 3.12.x; only where none of these is found, "
             "`python3.13`/`python3.14` on `PATH` or pyenv's newest 3.13+") in readme
