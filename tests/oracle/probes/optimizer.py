@@ -17,7 +17,7 @@ import optax
 
 from flax import nnx
 from tests.oracle.probes import Report, probe
-from tests.oracle.probes.util import mesh, sharding, variables
+from tests.oracle.probes.util import mesh, sharding, stack_with_jax_vmap, variables
 
 FIELDS = ('out_sharding', 'optimizer_sharding')
 
@@ -32,9 +32,7 @@ def linear(rngs: nnx.Rngs, use_bias: bool = True, **kernel_metadata: Any) -> nnx
 
 def jax_vmap_stack(layers: int = 4, **kwargs: Any) -> nnx.Linear:
     """Layers stacked by a plain ``jax.vmap``: the metadata is one layer's."""
-    create = lambda key: linear(nnx.Rngs(key), **kwargs)  # noqa: E731
-    keys = jax.random.split(jax.random.key(0), layers)
-    return nnx.merge(nnx.graphdef(create(0)), jax.vmap(lambda k: nnx.state(create(k)))(keys))
+    return stack_with_jax_vmap(lambda key: linear(nnx.Rngs(key), **kwargs), layers)
 
 
 def sharded_init(*nodes: Any) -> None:

@@ -18,7 +18,7 @@ import optax
 
 from flax import nnx
 from tests.oracle.probes import Report, probe
-from tests.oracle.probes.util import mesh, sharding, spec
+from tests.oracle.probes.util import mesh, sharding, spec, stack_with_jax_vmap
 
 SPEC = ('a', 'b')
 
@@ -667,14 +667,11 @@ def raw_lax_scan_recipe() -> Report:
 def stacked_by_hand(spec_: Any, how: str) -> nnx.Linear:
     """Three layers stacked with jax.vmap or jnp.stack: each kernel keeps
     the per-layer spec on its stacked array."""
-    graphdef, _ = nnx.split(layer(nnx.Rngs(0), spec_))
     if how == 'jax.vmap':
-        state = jax.vmap(lambda k: nnx.split(layer(nnx.Rngs(k), spec_))[1])(
-            jax.random.split(jax.random.key(0), 3))
-    else:
-        states = [nnx.state(layer(nnx.Rngs(i), spec_)) for i in range(3)]
-        state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
-    return nnx.merge(graphdef, state)
+        return stack_with_jax_vmap(lambda key: layer(nnx.Rngs(key), spec_), 3)
+    states = [nnx.state(layer(nnx.Rngs(i), spec_)) for i in range(3)]
+    state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    return nnx.merge(nnx.graphdef(layer(nnx.Rngs(0), spec_)), state)
 
 
 def constrain_by_metadata(layer_: nnx.Linear) -> None:

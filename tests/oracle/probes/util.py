@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
@@ -47,3 +47,11 @@ def mesh(axis_type: str = 'auto', shape: tuple[int, ...] = (2, 4),
     kind = {'auto': jax.sharding.AxisType.Auto,
                     'explicit': jax.sharding.AxisType.Explicit}[axis_type]
     return jax.make_mesh(shape, names, axis_types=(kind,) * len(names))
+
+
+def stack_with_jax_vmap(create: Callable[[jax.Array], Any], layers: int) -> Any:
+    """``layers`` modules ``create(key)`` stacked by a plain ``jax.vmap``:
+    each Variable keeps one layer's metadata on its stacked array."""
+    keys = jax.random.split(jax.random.key(0), layers)
+    return nnx.merge(nnx.graphdef(create(keys[0])),
+                     jax.vmap(lambda k: nnx.state(create(k)))(keys))
