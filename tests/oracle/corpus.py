@@ -126,9 +126,27 @@ ROWS += [
     for mode in ('graph', 'tree')
 ]
 
+# Found by the oracle: adafactor over a stack whose spec is shorter than its
+# layers, on an Explicit mesh: the spec fits the factored moments, of lower
+# rank, whose dimensions are not the parameter's (vanilla fails at
+# nnx.Optimizer on a (1,) placeholder).
+ROWS += [
+    Program(f'optimizer: adafactor over a spec shorter than its layers, {stack} stack',
+            (Leaf('w0', (16, 8), Spec('tuple', ('a',)), key='sharding_names',
+                  optimizer_spec=Spec('tuple', ('a',))),),
+            (Stack(stack, 2, 0, DEFAULT, 'graph'),), mesh='explicit',
+            consumers=('partition_spec', 'eval_shape', 'train_step'), optimizer='adafactor')
+    for stack in ('vmap', 'scan')
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
-WORKAROUND_GAPS: dict[str, str] = {}
+WORKAROUND_GAPS: dict[str, str] = {
+    f'optimizer: adafactor over a spec shorter than its layers, {stack} stack':
+        "vanilla's nnx.Optimizer gives every adafactor state leaf the parameter's"
+        ' spec, also its (1,) placeholders, whatever the stack says'
+    for stack in ('vmap', 'scan')
+}
 
 SCENARIOS = [
     Program(f'scenario {name} {arguments}', custom=f'scenario:{name}',

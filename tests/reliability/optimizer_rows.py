@@ -161,6 +161,45 @@ def lbfgs_memory() -> Outcome:
         model, optax.lbfgs(memory_size=4), wrt=nnx.Param).opt_state[0].diff_params_memory['kernel'][...])})
 
 
+def lbfgs_memory_of_a_jax_vmap_stack() -> Outcome:
+    """State of another shape on a stack whose metadata is a layer's."""
+    def make(key: jax.Array) -> nnx.Linear:
+        return nnx.Linear(16, 8, rngs=nnx.Rngs(key), kernel_metadata={'out_sharding': ('a', 'b')})
+
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'), axis_types=EXPLICIT)):
+            model = jax.vmap(make)(jax.random.split(jax.random.key(0), 4))
+            optimizer = nnx.Optimizer(model, optax.lbfgs(memory_size=4), wrt=nnx.Param)
+        return {'memory': spec(optimizer.opt_state[0].diff_params_memory['kernel'][...])}
+
+    return outcome(run)
+
+
+def adafactor_spec_shorter_than_the_parameter() -> Outcome:
+    """Adafactor on a kernel whose spec names its first dimension only, then a
+    jitted step (Explicit mesh): the factored moments are of lower rank."""
+    def moments(state: Any) -> list[Any]:
+        return [spec(state[0].v_row['kernel'][...]), spec(state[0].v_col['kernel'][...])]
+
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'), axis_types=EXPLICIT)):
+            init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ('a',))
+            model = nnx.Linear(16, 8, kernel_init=init, rngs=nnx.Rngs(0))
+            tx = optax.adafactor(1e-3, min_dim_size_to_factor=4)
+            optax_state = tx.init(nnx.state(model, nnx.Param))
+            optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+            made = moments(optimizer.opt_state)
+
+            @nnx.jit
+            def step(model: nnx.Linear, optimizer: nnx.Optimizer) -> None:
+                optimizer.update(model, jax.tree.map(jnp.ones_like, nnx.state(model, nnx.Param)))
+
+            step(model, optimizer)
+        return {'kernel': spec(model.kernel[...]), 'made': made, 'optax': moments(optax_state)}
+
+    return outcome(run)
+
+
 def optimizer_on_another_mesh() -> Outcome:
     """The model made on a (2, 4) mesh, its optimizer on a (4, 2) one."""
     def make() -> nnx.Linear:
@@ -230,6 +269,8 @@ ROWS: dict[str, Callable[[], Any]] = {
     'named_stack_after_a_jitted_step': named_stack_after_a_jitted_step,
     'variable_holding_none': variable_holding_none,
     'lbfgs_memory': lbfgs_memory,
+    'lbfgs_memory_of_a_jax_vmap_stack': lbfgs_memory_of_a_jax_vmap_stack,
+    'adafactor_spec_shorter_than_the_parameter': adafactor_spec_shorter_than_the_parameter,
     'optimizer_on_another_mesh': optimizer_on_another_mesh,
     'masked_state': masked_state,
     'python_scalar_param': python_scalar_param,

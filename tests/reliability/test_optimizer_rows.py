@@ -86,13 +86,22 @@ def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
     assert ours['abstract'] == ours['abstract_param']
 
 
-@pytest.mark.parametrize('row', ['lbfgs_memory', 'optimizer_on_another_mesh',
-                                 'variable_holding_none'])
+@pytest.mark.parametrize('row', ['lbfgs_memory', 'lbfgs_memory_of_a_jax_vmap_stack',
+                                 'optimizer_on_another_mesh', 'variable_holding_none'])
 def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
         both: tuple[dict[str, Any], dict[str, Any]], row: str) -> None:
     vanilla, ours = (report[row] for report in both)
     assert 'error' not in vanilla, vanilla
     assert ours == vanilla
+
+
+def test_factored_moments_of_a_short_spec_keep_their_optax_sharding(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['adafactor_spec_shorter_than_the_parameter'] for report in both)
+    assert 'does not evenly divide the dimension size 1' in vanilla.get('message', ''), vanilla
+    assert 'error' not in ours, ours
+    assert ours['made'] == ours['optax']
+    assert ours['kernel'] == ['a', 'None']
 
 
 def test_parameters_keep_their_layout_through_a_step(
