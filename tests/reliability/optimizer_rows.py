@@ -200,6 +200,35 @@ def adafactor_spec_shorter_than_the_parameter() -> Outcome:
     return outcome(run)
 
 
+def spec_resolved_later_names_an_axis_twice() -> Outcome:
+    """A kernel made with eager_sharding=False and a spec naming 'a' twice,
+    which nothing resolves until it is sharded: Adam's and adafactor's state."""
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
+            init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ('a', 'a'), eager_sharding=False)
+            model = nnx.Linear(16, 8, kernel_init=init, rngs=nnx.Rngs(0))
+            adam = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param).opt_state[0]
+            adafactor = nnx.Optimizer(model, optax.adafactor(1e-3, min_dim_size_to_factor=4),
+                                      wrt=nnx.Param).opt_state[0]
+        return {'mu': spec(adam.mu['kernel'][...]), 'mu_metadata': adam.mu['kernel'].out_sharding,
+                'v_row': spec(adafactor.v_row['kernel'][...])}
+
+    return outcome(run)
+
+
+def named_sharding_of_a_train_state() -> Outcome:
+    """nnx.get_named_sharding of a dict holding the model's state and a float."""
+    mesh = jax.make_mesh((2, 4), ('a', 'b'))
+    with jax.set_mesh(mesh):
+        model = nnx.Linear(16, 8, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', 'b')})
+
+    def run() -> Outcome:
+        named = nnx.get_named_sharding({'model': nnx.state(model), 'lr': 0.1}, mesh)
+        return {'lr': named['lr'], 'kernel': str(named['model']['kernel'].get_value().spec)}
+
+    return outcome(run)
+
+
 def optimizer_on_another_mesh() -> Outcome:
     """The model made on a (2, 4) mesh, its optimizer on a (4, 2) one."""
     def make() -> nnx.Linear:
@@ -272,6 +301,8 @@ ROWS: dict[str, Callable[[], Any]] = {
     'lbfgs_memory_of_a_jax_vmap_stack': lbfgs_memory_of_a_jax_vmap_stack,
     'adafactor_spec_shorter_than_the_parameter': adafactor_spec_shorter_than_the_parameter,
     'optimizer_on_another_mesh': optimizer_on_another_mesh,
+    'spec_resolved_later_names_an_axis_twice': spec_resolved_later_names_an_axis_twice,
+    'named_sharding_of_a_train_state': named_sharding_of_a_train_state,
     'masked_state': masked_state,
     'python_scalar_param': python_scalar_param,
     'layer_name_not_a_mesh_axis': layer_name_not_a_mesh_axis,

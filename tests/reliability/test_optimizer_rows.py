@@ -95,6 +95,22 @@ def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
     assert ours == vanilla
 
 
+def test_named_sharding_of_a_tree_with_a_float_is_as_on_vanilla(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    vanilla, ours = (report['named_sharding_of_a_train_state'] for report in both)
+    assert vanilla == {'lr': None, 'kernel': "P('a', 'b')"}, vanilla
+    assert ours == vanilla
+
+
+def test_spec_resolved_later_does_not_raise_at_the_optimizer(
+        both: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """Nothing resolves an eager_sharding=False spec at nnx.Optimizer: state
+    of the parameter's shape is vanilla's, factored moments are optax's."""
+    vanilla, ours = (report['spec_resolved_later_names_an_axis_twice'] for report in both)
+    assert 'error' not in vanilla, vanilla
+    assert ours == vanilla
+
+
 def test_factored_moments_of_a_short_spec_keep_their_optax_sharding(
         both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     vanilla, ours = (report['adafactor_spec_shorter_than_the_parameter'] for report in both)
