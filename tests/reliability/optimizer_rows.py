@@ -15,6 +15,7 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
@@ -216,15 +217,57 @@ def spec_resolved_later_names_an_axis_twice() -> Outcome:
     return outcome(run)
 
 
+class Scaled:
+    """A pytree node whose optional scale is no child when it is None."""
+
+    def __init__(self, value: Any, scale: float | None = None) -> None:
+        self.value, self.scale = value, scale
+
+
+jax.tree_util.register_pytree_node(
+    Scaled, lambda node: ([node.value] + ([] if node.scale is None else [node.scale]), None),
+    lambda _, children: Scaled(*children))
+
+
 def named_sharding_of_a_train_state() -> Outcome:
-    """nnx.get_named_sharding of a dict holding the model's state and a float."""
+    """nnx.get_named_sharding of a dict holding the model's state, a float and
+    a node that flattens None away."""
     mesh = jax.make_mesh((2, 4), ('a', 'b'))
     with jax.set_mesh(mesh):
         model = nnx.Linear(16, 8, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', 'b')})
 
     def run() -> Outcome:
-        named = nnx.get_named_sharding({'model': nnx.state(model), 'lr': 0.1}, mesh)
-        return {'lr': named['lr'], 'kernel': str(named['model']['kernel'].get_value().spec)}
+        named = nnx.get_named_sharding(
+            {'model': nnx.state(model), 'lr': 0.1, 'ema': Scaled(jnp.ones(4), 0.9)}, mesh)
+        return {'lr': named['lr'], 'kernel': str(named['model']['kernel'].get_value().spec),
+                'ema': [str(named['ema'].value.spec), named['ema'].scale]}
+
+    return outcome(run)
+
+
+def state_of_numpy_arrays() -> Outcome:
+    """A transform whose init makes NumPy arrays (np.zeros_like)."""
+    tx = optax.GradientTransformation(lambda params: jax.tree.map(np.zeros_like, params),
+                                      optax.sgd(0.1).update)
+
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
+            model = nnx.Linear(16, 8, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', 'b')})
+            state = nnx.Optimizer(model, tx, wrt=nnx.Param).opt_state
+        return {'kernel': spec(state['kernel'][...]), 'bias': spec(state['bias'][...])}
+
+    return outcome(run)
+
+
+def lbfgs_memory_sharded_later() -> Outcome:
+    """The lbfgs memory of a kernel made with eager_sharding=False, on a mesh."""
+    def run() -> Outcome:
+        with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
+            init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ('a', 'b'), eager_sharding=False)
+            model = nnx.Linear(16, 8, kernel_init=init, rngs=nnx.Rngs(0))
+            memory = nnx.Optimizer(model, optax.lbfgs(memory_size=3), wrt=nnx.Param
+                                   ).opt_state[0].diff_params_memory['kernel']
+        return {'memory': spec(memory[...]), 'metadata': memory.get_metadata().get('out_sharding')}
 
     return outcome(run)
 
@@ -303,6 +346,8 @@ ROWS: dict[str, Callable[[], Any]] = {
     'optimizer_on_another_mesh': optimizer_on_another_mesh,
     'spec_resolved_later_names_an_axis_twice': spec_resolved_later_names_an_axis_twice,
     'named_sharding_of_a_train_state': named_sharding_of_a_train_state,
+    'state_of_numpy_arrays': state_of_numpy_arrays,
+    'lbfgs_memory_sharded_later': lbfgs_memory_sharded_later,
     'masked_state': masked_state,
     'python_scalar_param': python_scalar_param,
     'layer_name_not_a_mesh_axis': layer_name_not_a_mesh_axis,

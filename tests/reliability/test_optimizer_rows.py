@@ -87,6 +87,7 @@ def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
 
 
 @pytest.mark.parametrize('row', ['lbfgs_memory', 'lbfgs_memory_of_a_jax_vmap_stack',
+                                 'lbfgs_memory_sharded_later', 'state_of_numpy_arrays',
                                  'optimizer_on_another_mesh', 'variable_holding_none'])
 def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
         both: tuple[dict[str, Any], dict[str, Any]], row: str) -> None:
@@ -98,7 +99,7 @@ def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
 def test_named_sharding_of_a_tree_with_a_float_is_as_on_vanilla(
         both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     vanilla, ours = (report['named_sharding_of_a_train_state'] for report in both)
-    assert vanilla == {'lr': None, 'kernel': "P('a', 'b')"}, vanilla
+    assert vanilla == {'lr': None, 'kernel': "P('a', 'b')", 'ema': ['P()', None]}, vanilla
     assert ours == vanilla
 
 
