@@ -272,6 +272,24 @@ def lbfgs_memory_sharded_later() -> Outcome:
     return outcome(run)
 
 
+def state_of_a_parameter_in_host_memory() -> Outcome:
+    """Adam over a kernel moved to each memory kind (Explicit mesh): where its
+    state lives."""
+    def run() -> Outcome:
+        mesh = jax.make_mesh((2, 4), ('a', 'b'), axis_types=EXPLICIT)
+        kinds = {}
+        with jax.set_mesh(mesh):
+            for kind in ('device', 'pinned_host', 'unpinned_host'):
+                model = nnx.Linear(16, 8, rngs=nnx.Rngs(0), kernel_metadata={'out_sharding': ('a', 'b')})
+                model.kernel.set_value(jax.device_put(model.kernel.get_value(), jax.sharding.NamedSharding(
+                    mesh, jax.P('a', 'b'), memory_kind=kind)))
+                mu = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param).opt_state[0].mu['kernel'][...]
+                kinds[kind] = [mu.sharding.memory_kind, spec(mu)]
+        return kinds
+
+    return outcome(run)
+
+
 def optimizer_on_another_mesh() -> Outcome:
     """The model made on a (2, 4) mesh, its optimizer on a (4, 2) one."""
     def make() -> nnx.Linear:
@@ -348,6 +366,7 @@ ROWS: dict[str, Callable[[], Any]] = {
     'named_sharding_of_a_train_state': named_sharding_of_a_train_state,
     'state_of_numpy_arrays': state_of_numpy_arrays,
     'lbfgs_memory_sharded_later': lbfgs_memory_sharded_later,
+    'state_of_a_parameter_in_host_memory': state_of_a_parameter_in_host_memory,
     'masked_state': masked_state,
     'python_scalar_param': python_scalar_param,
     'layer_name_not_a_mesh_axis': layer_name_not_a_mesh_axis,

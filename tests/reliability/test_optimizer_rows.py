@@ -88,6 +88,7 @@ def test_live_jitted_and_abstract_state_are_placed_like_their_parameters(
 
 @pytest.mark.parametrize('row', ['lbfgs_memory', 'lbfgs_memory_of_a_jax_vmap_stack',
                                  'lbfgs_memory_sharded_later', 'state_of_numpy_arrays',
+                                 'state_of_a_parameter_in_host_memory',
                                  'optimizer_on_another_mesh', 'variable_holding_none'])
 def test_state_whose_metadata_fits_is_sharded_as_on_vanilla(
         both: tuple[dict[str, Any], dict[str, Any]], row: str) -> None:
