@@ -260,12 +260,13 @@ def state_of_numpy_arrays() -> Outcome:
 
 
 def lbfgs_memory_sharded_later() -> Outcome:
-    """The lbfgs memory of a kernel made with eager_sharding=False, on a mesh."""
+    """The lbfgs memory of a kernel made with eager_sharding=False, on a mesh
+    whose axes divide it."""
     def run() -> Outcome:
         with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
             init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ('a', 'b'), eager_sharding=False)
             model = nnx.Linear(16, 8, kernel_init=init, rngs=nnx.Rngs(0))
-            memory = nnx.Optimizer(model, optax.lbfgs(memory_size=3), wrt=nnx.Param
+            memory = nnx.Optimizer(model, optax.lbfgs(memory_size=4), wrt=nnx.Param
                                    ).opt_state[0].diff_params_memory['kernel']
         return {'memory': spec(memory[...]), 'metadata': memory.get_metadata().get('out_sharding')}
 
