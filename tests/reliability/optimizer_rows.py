@@ -203,7 +203,7 @@ def adafactor_spec_shorter_than_the_parameter() -> Outcome:
 
 def spec_resolved_later_names_an_axis_twice() -> Outcome:
     """A kernel made with eager_sharding=False and a spec naming 'a' twice,
-    which nothing resolves until it is sharded: Adam's and adafactor's state."""
+    which vanilla accepts until it is sharded: Adam's and adafactor's state."""
     def run() -> Outcome:
         with jax.set_mesh(jax.make_mesh((2, 4), ('a', 'b'))):
             init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ('a', 'a'), eager_sharding=False)

@@ -106,8 +106,8 @@ def test_named_sharding_of_a_tree_with_a_float_is_as_on_vanilla(
 
 def test_spec_resolved_later_does_not_raise_at_the_optimizer(
         both: tuple[dict[str, Any], dict[str, Any]]) -> None:
-    """Nothing resolves an eager_sharding=False spec at nnx.Optimizer: state
-    of the parameter's shape is vanilla's, factored moments are optax's."""
+    """An eager_sharding=False spec that does not resolve (an axis named
+    twice) raises nothing at nnx.Optimizer, and the state is vanilla's."""
     vanilla, ours = (report['spec_resolved_later_names_an_axis_twice'] for report in both)
     assert 'error' not in vanilla, vanilla
     assert ours == vanilla
