@@ -10,6 +10,7 @@ library, so it also runs without jax (``tests/e2e/test_benchmarks_smoke.py``).
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -43,8 +44,14 @@ class Counter:
         self.out_dir, self.marks, self.dumps = out_dir, marks, 0
 
     def count(self, name: str, operation: Callable[[], T]) -> tuple[int, T]:
-        """``(instructions, result)`` of ``operation()``; only the call is counted."""
+        """``(instructions, result)`` of ``operation()``; only the call is counted.
+
+        A full garbage collection runs first, uncounted: otherwise whether a
+        generation-2 collection (some 10 million instructions on the jax
+        heap) falls inside the call depends on what ran before it.
+        """
         label = name.encode()
+        gc.collect()
         self.marks.marks_start()
         result = operation()
         self.marks.marks_stop(label)
