@@ -427,6 +427,32 @@ def spmd_axis_name_with_named_sharding_metadata() -> Report:
     return {'sharding': sharding(w.get_value())}
 
 
+@probe()
+def ref_variables_through_default_transforms() -> Report:
+    """A ``ref=True`` Variable's output carries no value: its entry comes back."""
+    report: Report = {}
+    for graph in (True, False):
+        def ref_param() -> nnx.Param:
+            return nnx.Param(jnp.ones((2, 3)), out_sharding=('layers', None),
+                             eager_sharding=False, ref=True)
+
+        w = ref_param()
+        nnx.vmap(lambda w: None, graph=graph)(w)
+        report[f'vmap graph={graph}'] = spec(w.out_sharding)
+        w = ref_param()
+        nnx.scan(lambda c, w: (c, None), in_axes=(nnx.Carry, 0), graph=graph)(0, w)
+        report[f'scan graph={graph}'] = spec(w.out_sharding)
+    return report
+
+
+@probe()
+def spec_with_unreduced_axes_through_default_vmap() -> Report:
+    w = nnx.Param(jnp.ones((2, 3)), out_sharding=jax.P('layers', None, unreduced={'u'}),
+                  eager_sharding=False)
+    nnx.vmap(lambda w: None)(w)
+    return {'after': repr(w.out_sharding)}
+
+
 # The stacked axis's entry follows the data: copies, gradients, optimizer state.
 def sharded_init(node: Any, mesh_: jax.sharding.Mesh) -> None:
     """The flax_gspmd guide's recipe: put each array where its metadata says."""
