@@ -430,12 +430,12 @@ def spmd_axis_name_with_named_sharding_metadata() -> Report:
 @probe()
 def ref_variables_through_default_transforms() -> Report:
     """A ``ref=True`` Variable's output carries no value: its entry comes back."""
+    def ref_param() -> nnx.Param:
+        return nnx.Param(jnp.ones((2, 3)), out_sharding=('layers', None),
+                         eager_sharding=False, ref=True)
+
     report: Report = {}
     for graph in (True, False):
-        def ref_param() -> nnx.Param:
-            return nnx.Param(jnp.ones((2, 3)), out_sharding=('layers', None),
-                             eager_sharding=False, ref=True)
-
         w = ref_param()
         nnx.vmap(lambda w: None, graph=graph)(w)
         report[f'vmap graph={graph}'] = spec(w.out_sharding)
