@@ -126,6 +126,45 @@ ROWS += [
     for mode in ('graph', 'tree')
 ]
 
+# Found by the oracle: the same with no declared optimizer_sharding, on an
+# Auto mesh (the body's parameter is a tracer with no sharding to copy): the
+# out_sharding the call leaves stacked places the state; and a stack made
+# through an nnx.transform_metadata body, which stacks out_sharding but not
+# the declared optimizer_sharding: the state made in a default body takes
+# that declared spec as the body sees it, stacked with the inferred entry.
+ROWS += [
+    Program(f'made in body: optimizer over a stack of short out_sharding specs, {mode} vmap',
+            (Leaf('w', (8, 16, 16), Spec('tuple', ('a',))),),
+            (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
+            apply=Apply('vmap', DEFAULT, mode, 'optimizer'))
+    for mode in ('graph', 'tree')
+] + [  # with a full spec beside: the call leaves both, so the full one is
+    # longer than its slice in the body, and the optimizer fails there (JAX's
+    # rank error) where vanilla, whose stack has no entry, runs
+    Program('made in body: optimizer over a stack of short and full specs',
+            (Leaf('w0', (8, 16, 16), Spec('tuple', ('a', None, None))),
+             Leaf('w1', (8, 16, 16), Spec('tuple', ('a',)))),
+            (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
+            apply=Apply('vmap', DEFAULT, 'graph', 'optimizer')),
+] + [  # the recipes: full specs, or the optimizer built outside the transform
+    Program('made in body: optimizer over a stack of full specs, tree vmap',
+            (Leaf('w', (8, 16, 16), Spec('tuple', ('a', None, None))),),
+            (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
+            apply=Apply('vmap', DEFAULT, 'tree', 'optimizer')),
+    Program('optimizer built outside a stack of short out_sharding specs',
+            (Leaf('w', (8, 16, 16), Spec('tuple', ('a',))),),
+            (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
+            consumers=('train_step',), optimizer='adam'),
+] + [
+    Program(f'made in body: optimizer over a decorator stack, {mode} vmap',
+            (Leaf('w', (8, 8), Spec('pspec', (('a', 'b'), None)),
+                  optimizer_spec=Spec('pspec', (('a', 'b'), None))),),
+            (Stack('scan', 2, 0, DEFAULT, 'graph'),
+             Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='dec')), mesh='none',
+            apply=Apply('vmap', DEFAULT, mode, 'optimizer'))
+    for mode in ('graph', 'tree')
+]
+
 # Found by the oracle: adafactor over a stack whose spec is shorter than its
 # layers, on an Explicit mesh: the spec fits the factored moments, of lower
 # rank, whose dimensions are not the parameter's (vanilla fails at

@@ -391,13 +391,19 @@ def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
 def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
                   param: str) -> dict[str, Any] | None:
     """A Variable the forward pass's body made from mapped ``param`` (a copy, a
-    gradient, optimizer state): its per-slice fields, stacked on the way out."""
+    gradient, optimizer state): its per-slice fields, stacked on the way out.
+    Optimizer state takes the parameter's declared ``optimizer_sharding``, as
+    the body sees it, for its ``out_sharding`` (``nnx.Optimizer``, both flaxes)."""
     call = apply_call(program, flax, meta)
     leaf = next(l for l in program.leaves if l.name == param)
     try:
         inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS})
     except RemoveError:
         return None
+    if program.apply is not None and program.apply.wrap == 'optimizer' \
+            and leaf.optimizer_spec is not None:
+        inside = {**inside, 'out_sharding': inside['optimizer_sharding'],
+                  'optimizer_sharding': None}
     return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
 
 
@@ -422,13 +428,24 @@ def apply_axis_entry(program: Program, meta: dict[str, dict[str, Any]],
 
 
 def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> bool:
-    """Whether the forward pass runs by the rule: its removal succeeds and, for a
+    """Whether the forward pass runs by the rule: its removal succeeds; for a
     body mapping over the layer's and an unmapped copy's state (``tree_map``),
-    every leaf's metadata inside equals the copy's per-layer metadata."""
+    every leaf's metadata inside equals the copy's per-layer metadata; for an
+    optimizer built in the body on a mesh, no spec that places its state
+    (``optimizer_sharding`` if declared, else ``out_sharding``) is longer
+    inside than the slice's rank (as where a call leaves a stack's entry)."""
     inside = None if program.apply is None or not program.stacks \
         else inside_metadata(program, flax, meta)
     if not apply_axis_entry(program, meta, flax):
         return False
-    if inside is None or program.apply.wrap != 'tree_map':
+    if inside is None:
+        return True
+    if program.apply.wrap == 'optimizer' and program.mesh != 'none':
+        for leaf in program.leaves:
+            field = 'optimizer_sharding' if leaf.optimizer_spec else 'out_sharding'
+            spec = inside[leaf.name][field]
+            if spec and len(spec['entries']) > stacked_rank(program, leaf) - 1:
+                return False
+    if program.apply.wrap != 'tree_map':
         return True
     return all(inside[leaf.name] == fields_json(leaf_fields(leaf)) for leaf in program.leaves)
