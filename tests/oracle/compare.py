@@ -258,11 +258,13 @@ def check_ours_runs_where_vanilla_runs(c: Judged) -> list[Divergence]:
 def check_ours_runs_where_vanilla_has_the_bug(c: Judged) -> list[Divergence]:
     """Where vanilla fails with the #5112 family and the model says ours' pass
     runs, ours runs; but for a stale declared optimizer_sharding, which may
-    fail ours as it fails vanilla (the same outcome)."""
+    fail ours as it fails vanilla (the same exception at the same stage; the
+    message may name another state leaf, as vanilla fails first on a
+    placeholder of adafactor's that ours places like the parameter)."""
     v, o = c.vanilla, c.ours
     if v.ok or not (c.family() and c.ours_should_run) or o.ok:
         return []
-    if c.stale_override() and c.outcome(o) == c.outcome(v):
+    if c.stale_override() and c.outcome(o)[:2] == c.outcome(v)[:2]:
         return []  # a named stack leaves optimizer_sharding per-layer, on both
     return [('intended', f'vanilla failed at {v.failed_stage} ({v.outcome}); '
                          f'ours must run but failed at {o.failed_stage}: {o.outcome}')]
@@ -554,11 +556,21 @@ def check_made_metadata_is_modelled(c: Judged) -> list[Divergence]:
              f'ours {problem}') for path, problem in made_problems(c.ours, want_o, fields)]
 
 
+JITTED_CALLS = 2  # Apply.wrap 'jit': the runner's calls of the jitted function
+
+
 def check_no_extra_retrace(c: Judged) -> list[Divergence]:
-    """A function jitted outside and called in the body traces no more often than on vanilla (I7)."""
+    """A function jitted outside and called in the body traces no more often
+    than on vanilla (I7); where vanilla's pass failed, no more often than it is
+    called (the runner calls it once outside and once in the body, whose
+    tracers it traces again on both flaxes)."""
     traces_o = 0 if c.ours.apply is None else c.ours.apply.traces
-    traces_v = 0 if c.vanilla.apply is None else c.vanilla.apply.traces
-    if traces_o > max(traces_v, 1) or (traces_o > 1 and c.vanilla.apply is None):
+    if c.vanilla.apply is None:
+        traces_v, most = 0, JITTED_CALLS
+    else:
+        traces_v = c.vanilla.apply.traces
+        most = max(traces_v, 1)
+    if traces_o > most:
         return [('compat', f'ours traced the jitted function {traces_o} times, '
                            f'vanilla {traces_v}: an extra retrace')]
     return []

@@ -178,6 +178,24 @@ ROWS += [
     for stack in ('vmap', 'scan')
 ]
 
+# Found by the oracle: where vanilla's pass fails (a name it did not stack
+# without graph updates), a function jitted outside traces once per call on
+# ours, as on vanilla where its pass runs; and a decorator stack with a
+# declared optimizer_sharding, which the decorator leaves one entry short:
+# adafactor fails on it on both flaxes, on vanilla at a (1,) placeholder and
+# on ours, which places placeholders like the parameter, at the full moment.
+ROWS += [
+    Program('jitted function in a body where vanilla\'s named pass fails',
+            (Leaf('w', (8,), Spec('tuple', ('a',)), key='sharding_names'),),
+            (Stack('pmap', 1, 0, 'l0', 'graph-no-updates'),), mesh='none',
+            apply=Apply('vmap', 'l0', 'graph', 'jit')),
+    Program('optimizer: adafactor over a decorator stack\'s short optimizer_sharding',
+            (Leaf('w', (16,), Spec('pspec', ('b',)),
+                  optimizer_spec=Spec('pspec', ('b',))),),
+            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a'),), mesh='explicit',
+            consumers=('partition_spec', 'eval_shape'), optimizer='adafactor'),
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {
@@ -185,6 +203,10 @@ WORKAROUND_GAPS: dict[str, str] = {
         "vanilla's nnx.Optimizer gives every adafactor state leaf the parameter's"
         ' spec, also its (1,) placeholders, whatever the stack says'
     for stack in ('vmap', 'scan')
+} | {
+    "optimizer: adafactor over a decorator stack's short optimizer_sharding":
+        "vanilla's nnx.Optimizer gives every adafactor state leaf the parameter's"
+        ' spec, also its (1,) placeholders, whatever the stack says',
 }
 
 SCENARIOS = [
