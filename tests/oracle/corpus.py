@@ -196,6 +196,31 @@ ROWS += [
             consumers=('partition_spec', 'eval_shape'), optimizer='adafactor'),
 ]
 
+# Found by the oracle: over a stack of short and full specs, where the call
+# leaves the entries, a function jitted outside traces again in the body
+# (its metadata is not the layer's), and an optimizer built there runs where
+# its specs resolve to no mesh axis (vanilla fails on the short spec); and a
+# named stack whose name is a mesh axis stacks a declared optimizer_sharding,
+# which then places the state by that name while the transform moved no data:
+# the train step moves the parameter to the state's devices.
+ROWS += [
+    Program('jitted function in a body over a stack of short and full specs',
+            (Leaf('w0', (8, 16), Spec('tuple', (('a', 'b'),))),
+             Leaf('w1', (8,), Spec('tuple', (('a', 'b'),)))),
+            (Stack('vmap', 1, 0, DEFAULT, 'graph'),), mesh='explicit',
+            apply=Apply('scan', DEFAULT, 'graph', 'jit')),
+    Program('made in body: optimizer over short and full logical specs, tree vmap',
+            (Leaf('w0', (8, 8, 16), Spec('list', ('a', 'b', None))),
+             Leaf('w1', (8, 8, 16), Spec('pspec', ('b',)), key='sharding_names')),
+            (Stack('scan', 1, 0, DEFAULT, 'graph'), Stack('vmap', 1, 0, DEFAULT, 'graph')),
+            mesh='auto', context_rules=True,
+            apply=Apply('vmap', DEFAULT, 'tree', 'optimizer')),
+    Program('train step: a mesh-axis name stacked into a declared optimizer_sharding',
+            (Leaf('w0', (16,), Spec('pspec', (None,)), optimizer_spec=Spec('pspec', (None,))),),
+            (Stack('vmap', 4, 0, 'b', 'graph'), Stack('vmap', 1, 0, DEFAULT, 'graph')),
+            mesh='auto', context_rules=True, consumers=('train_step',), optimizer='adam'),
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {

@@ -428,24 +428,41 @@ def apply_axis_entry(program: Program, meta: dict[str, dict[str, Any]],
 
 
 def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> bool:
-    """Whether the forward pass runs by the rule: its removal succeeds; for a
+    """Whether the forward pass runs by the rule: its removal succeeds and, for a
     body mapping over the layer's and an unmapped copy's state (``tree_map``),
-    every leaf's metadata inside equals the copy's per-layer metadata; for an
-    optimizer built in the body on a mesh, no spec that places its state
-    (``optimizer_sharding`` if declared, else ``out_sharding``) is longer
-    inside than the slice's rank (as where a call leaves a stack's entry)."""
+    every leaf's metadata inside equals the copy's per-layer metadata."""
     inside = None if program.apply is None or not program.stacks \
         else inside_metadata(program, flax, meta)
     if not apply_axis_entry(program, meta, flax):
         return False
-    if inside is None:
-        return True
-    if program.apply.wrap == 'optimizer' and program.mesh != 'none':
-        for leaf in program.leaves:
-            field = 'optimizer_sharding' if leaf.optimizer_spec else 'out_sharding'
-            spec = inside[leaf.name][field]
-            if spec and len(spec['entries']) > stacked_rank(program, leaf) - 1:
-                return False
-    if program.apply.wrap != 'tree_map':
+    if inside is None or program.apply.wrap != 'tree_map':
         return True
     return all(inside[leaf.name] == fields_json(leaf_fields(leaf)) for leaf in program.leaves)
+
+
+def unlike_layers_inside(program: Program, flax: str, meta: dict[str, dict[str, Any]]
+                         ) -> list[Leaf]:
+    """The leaves whose metadata the forward pass's body sees other than the
+    per-layer metadata they were created with (a call that leaves a stack's
+    entry: a stack of short specs, or stacks that disagree)."""
+    inside = None if program.apply is None or not program.stacks \
+        else inside_metadata(program, flax, meta)
+    if inside is None:
+        return []
+    return [leaf for leaf in program.leaves
+            if inside[leaf.name] != fields_json(leaf_fields(leaf))]
+
+
+def longer_than_the_slice_inside(program: Program, flax: str,
+                                 meta: dict[str, dict[str, Any]]) -> bool:
+    """Whether a spec that places the state of an optimizer built in the body
+    (``optimizer_sharding`` if declared, else ``out_sharding``) is longer there
+    than the slice's rank: JAX may raise its rank error, as the spec resolves."""
+    if program.apply is None or program.apply.wrap != 'optimizer':
+        return False
+    inside = inside_metadata(program, flax, meta) or {}
+    for leaf in unlike_layers_inside(program, flax, meta):
+        spec = inside[leaf.name]['optimizer_sharding' if leaf.optimizer_spec else 'out_sharding']
+        if spec and len(spec['entries']) > stacked_rank(program, leaf) - 1:
+            return True
+    return False

@@ -589,6 +589,39 @@ def optimizer_sharding_of_named_create() -> Report:
     return out
 
 
+# A mesh-axis name stacked into a declared optimizer_sharding: the sharded
+# init puts the kernels where the name says, and the state sits with them
+# before and after a step (vanilla's per-layer spec shards the wrong axes).
+def state_apart_problems(r: Report) -> list[str]:
+    return [f'{when}: state {k["state"]}, kernel {k["kernel"]}'
+            for when, k in r.items() if k['state'] != k['kernel']]
+
+
+@probe(fixed=state_apart_problems)
+def mesh_axis_name_in_optimizer_sharding_after_sharded_init() -> Report:
+    init = nnx.with_metadata(nnx.initializers.lecun_normal(), out_sharding=(None, 'b'),
+                             optimizer_sharding=(None, 'b'))
+
+    @nnx.split_rngs(splits=2)
+    @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: 'a'})
+    def create(rngs: nnx.Rngs) -> nnx.Linear:
+        return nnx.Linear(4, 8, use_bias=False, kernel_init=init, rngs=rngs)
+
+    m = mesh()
+    out: Report = {}
+    with jax.set_mesh(m):
+        model = create(nnx.Rngs(0))
+        sharded_init(model, m)
+        optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+        for when in ('built', 'stepped'):
+            state = optimizer.opt_state[0].mu['kernel'].get_value()
+            out[when] = {'kernel': sharding(model.kernel.get_value()),
+                         'state': sharding(state)}
+            grads = nnx.grad(lambda m: jnp.sum(m.kernel[...] ** 2))(model)
+            optimizer.update(model, grads)
+    return out
+
+
 # nnx.transform_metadata used alone on a stack with another name.
 @probe(raises="ValueError: Expected to remove 'layers'")
 def decorator_alone_on_another_name() -> Report:
