@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from tests.oracle.programs import DEFAULT, EXTRA_KEY, Program, Spec, apply_axis_entry, \
     expected_metadata, inside_metadata, longer_than_the_slice_inside, made_metadata, \
-    pass_runs, resolve, stacked_rank, unlike_layers_inside, \
+    pass_runs, placing_field, resolve, stacked_rank, unlike_layers_inside, \
     stacking_rule
 from tests.oracle.reports import Report, VariableReport
 
@@ -148,7 +148,7 @@ class Judged:
         leaf = next((l for l in self.program.leaves if l.name == param), None)
         if leaf is None or self.expect_o is None:
             return False
-        field = 'optimizer_sharding' if leaf.optimizer_spec else 'out_sharding'
+        field = placing_field(leaf)
         stacked = self.expect_o[leaf.name][field]
         if not stacked or (field == 'out_sharding' and len(stacked['entries'])
                            >= stacked_rank(self.program, leaf)):
@@ -194,7 +194,8 @@ class Judged:
 
     def declared_state_spec_stacked(self) -> bool:
         o = self.ours
-        declared = {l.name for l in self.program.leaves if l.optimizer_spec}
+        declared = {l.name for l in self.program.leaves
+                    if placing_field(l) == 'optimizer_sharding'}
         return self.expect_v is not None and any(
             leaf.mirrors in declared
             and self.intended(leaf.mirrors, 'optimizer_sharding')

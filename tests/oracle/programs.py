@@ -400,9 +400,8 @@ def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
         inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS})
     except RemoveError:
         return None
-    if program.apply is not None and program.apply.wrap == 'optimizer' \
-            and leaf.optimizer_spec is not None:
-        inside = {**inside, 'out_sharding': inside['optimizer_sharding'],
+    if program.apply is not None and program.apply.wrap == 'optimizer':
+        inside = {**inside, 'out_sharding': inside[placing_field(leaf)],
                   'optimizer_sharding': None}
     return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
 
@@ -437,7 +436,18 @@ def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> b
         return False
     if inside is None or program.apply.wrap != 'tree_map':
         return True
-    return all(inside[leaf.name] == fields_json(leaf_fields(leaf)) for leaf in program.leaves)
+    return not _unlike_layers(program, inside)
+
+
+def placing_field(leaf: Leaf) -> str:
+    """The field whose spec places optimizer state of ``leaf``: a declared
+    ``optimizer_sharding`` (``nnx.Optimizer`` moves it to ``out_sharding``)."""
+    return 'optimizer_sharding' if leaf.optimizer_spec is not None else 'out_sharding'
+
+
+def _unlike_layers(program: Program, inside: dict[str, dict[str, Any]]) -> list[Leaf]:
+    return [leaf for leaf in program.leaves
+            if inside[leaf.name] != fields_json(leaf_fields(leaf))]
 
 
 def unlike_layers_inside(program: Program, flax: str, meta: dict[str, dict[str, Any]]
@@ -447,22 +457,21 @@ def unlike_layers_inside(program: Program, flax: str, meta: dict[str, dict[str, 
     entry: a stack of short specs, or stacks that disagree)."""
     inside = None if program.apply is None or not program.stacks \
         else inside_metadata(program, flax, meta)
-    if inside is None:
-        return []
-    return [leaf for leaf in program.leaves
-            if inside[leaf.name] != fields_json(leaf_fields(leaf))]
+    return [] if inside is None else _unlike_layers(program, inside)
 
 
 def longer_than_the_slice_inside(program: Program, flax: str,
                                  meta: dict[str, dict[str, Any]]) -> bool:
     """Whether a spec that places the state of an optimizer built in the body
-    (``optimizer_sharding`` if declared, else ``out_sharding``) is longer there
-    than the slice's rank: JAX may raise its rank error, as the spec resolves."""
-    if program.apply is None or program.apply.wrap != 'optimizer':
+    (``placing_field``) is longer there than the slice's rank: JAX may raise
+    its rank error, as the spec resolves."""
+    if program.apply is None or program.apply.wrap != 'optimizer' or not program.stacks:
         return False
-    inside = inside_metadata(program, flax, meta) or {}
-    for leaf in unlike_layers_inside(program, flax, meta):
-        spec = inside[leaf.name]['optimizer_sharding' if leaf.optimizer_spec else 'out_sharding']
+    inside = inside_metadata(program, flax, meta)
+    if inside is None:
+        return False
+    for leaf in _unlike_layers(program, inside):
+        spec = inside[leaf.name][placing_field(leaf)]
         if spec and len(spec['entries']) > stacked_rank(program, leaf) - 1:
             return True
     return False
