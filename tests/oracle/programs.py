@@ -16,28 +16,26 @@ made), ``inside_metadata`` (what the forward pass's body sees),
 ``made_metadata`` (copies, gradients, optimizer state made in that body) and
 ``apply_axis_entry`` (whether the pass's removal succeeds).
 
-The rule:
-- a body that is an ``nnx.transform_metadata`` function keeps the axis to
-  itself: its partition goes into ``out_sharding`` at axis 0;
+The rule (series 11), two sentences per mode:
 - vanilla applies only a given ``PARTITION_NAME``, only in graph mode with
   graph updates, to ``out_sharding`` and tuple-valued keys named in
   ``transform_metadata``, at the raw (possibly negative) index, padding with
-  None for a positive one, and always returns a tuple;
-- ours applies a given ``PARTITION_NAME`` in every mode, as vanilla's graph
-  mode does but at the axis normalized to the array's rank and keeping
-  tuple / list / PartitionSpec; it stacks ``optimizer_sharding`` too where
-  every mapped Variable with a truthy one holds the name at the axis (or
-  none has one);
-- ours, given no name, infers one per call: the entry every mapped Variable
-  with an ``out_sharding`` holds at the axis (a spec without the stacked
-  value's rank, maybe the slice's, with one entry, or empty has none
-  there), the ``spmd_axis_name`` (None) where no mapped Variable has one.
-  Where they disagree the call leaves all metadata as vanilla does (the
-  body sees the stacked specs, what it makes keeps its own). Else it does
-  what that name given does, with ``optimizer_sharding`` taking its own
-  shared entry (left alone where those disagree), keeping a spec longer
-  than the per-slice rank as it is, and inserting None where the entry's
-  mesh axes are in the spec already.
+  None for a positive one, and always returns a tuple; a body that is an
+  ``nnx.transform_metadata`` function applies its own partition at axis 0;
+- ours, in graph mode with graph updates, given no name, infers one per
+  call: the entry the ``out_sharding`` and ``optimizer_sharding`` specs of
+  its mapped Variables share at the axis, read positionally (``spec[axis]``;
+  None past the spec's end), else the ``spmd_axis_name`` (None); where they
+  disagree the call leaves all metadata alone. Then it takes the named path;
+- ours, in tree mode (graph=False or graph_updates=False), ignores a given
+  name as vanilla does and infers one only where no mapped Variable names
+  the axis (every entry None, or none has a spec);
+- ours' named path (a given or inferred name, or a decorator's) stacks
+  ``optimizer_sharding`` with the name too, counts a negative axis from the
+  end of the stacked value, reads a spec shorter than the axis as None
+  there, keeps tuple / list / PartitionSpec, and accepts all three for keys
+  named in ``transform_metadata``; a body that is an
+  ``nnx.transform_metadata`` function is left to its decorator.
 An ``out_sharding`` of None or ``()`` is never inserted into.
 """
 
@@ -188,13 +186,6 @@ def _truthy(spec: Spec | None) -> bool:
     return spec is not None and bool(spec.entries)
 
 
-def _mesh_axes(entries: Any) -> set[Any]:
-    axes: set[Any] = set()
-    for e in entries:
-        axes.update(e if isinstance(e, tuple) else (e,))
-    return axes - {None}
-
-
 def _insert(spec: Spec, index: int, value: Entry, form: str) -> Spec:
     """``spec`` as ``form`` with ``value`` inserted at ``index``, padded with None
     up to a positive index (a negative one: list.insert's, no padding)."""
@@ -218,45 +209,50 @@ class Call:
     axis: int
     name: Any = MISSING
     optimizer: Any = MISSING
-    inferred: bool = False  # no hooks, long specs kept, None for a used mesh axis
     extra: bool = False  # EXTRA_KEY named in transform_metadata
 
-    def _remove(self, spec: Spec, value: Entry) -> Spec:
+    def _index(self, rank: int) -> int:
+        """The axis vanilla pops and inserts at; ours counts a negative one
+        from the end of the stacked value (``rank``: the per-slice value's)."""
+        if self.flax == 'vanilla' or self.axis >= 0:
+            return self.axis
+        return self.axis + rank + 1
+
+    def _remove(self, spec: Spec, value: Entry, rank: int) -> Spec:
         entries = list(spec.entries)
-        if not -len(entries) <= self.axis < len(entries):
+        index = self._index(rank)
+        if -len(entries) <= index < len(entries):
+            removed = entries.pop(index)
+        elif self.flax == 'vanilla':
             raise RemoveError('IndexError: pop index out of range')
-        removed = entries.pop(self.axis)  # the raw index, on both flaxes
+        else:
+            removed = None  # ours: a spec shorter than the axis reads None
         if removed != value:
-            raise RemoveError(f'Expected to remove {value!r} at index {self.axis} from '
+            raise RemoveError(f'Expected to remove {value!r} at index {index} from '
                               f'{spec.entries!r}, but found {removed!r}.')
         return Spec('tuple' if self.flax == 'vanilla' else spec.form, tuple(entries))
 
     def _insert(self, spec: Spec, value: Entry, rank: int) -> Spec:
-        if self.flax == 'vanilla':  # at the raw index, as a tuple
-            return _insert(spec, self.axis, value, 'tuple')
-        if self.inferred and len(spec.entries) > rank:
-            return spec
-        if self.inferred and _mesh_axes([value]) & _mesh_axes(spec.entries):
-            value = None  # a mesh axis is named once per spec
-        axis = self.axis + rank + 1 if self.axis < 0 else self.axis
-        return _insert(spec, axis, value, spec.form)
+        form = 'tuple' if self.flax == 'vanilla' else spec.form
+        return _insert(spec, self._index(rank), value, form)
 
-    def inside(self, fields: Fields) -> Fields:
-        """A mapped Variable's fields as the body sees them (raises ``RemoveError``)."""
+    def _extra(self, spec: Spec | None) -> bool:
+        forms = ('tuple',) if self.flax == 'vanilla' else FORMS
+        return self.extra and _truthy(spec) and spec.form in forms
+
+    def inside(self, fields: Fields, rank: int) -> Fields:
+        """A mapped Variable's fields as the body sees them (raises
+        ``RemoveError``); ``rank`` is its per-slice value's."""
         out = dict(fields)
         if self.name is MISSING:
             return out
-        spec = fields['out_sharding']
-        # a given name pops from () too (index out of range); an inferred
-        # one leaves an empty spec alone
-        if spec is not None and (_truthy(spec) or not self.inferred):
-            out['out_sharding'] = self._remove(fields['out_sharding'], self.name)
+        if fields['out_sharding'] is not None:  # () too: a pop from nothing
+            out['out_sharding'] = self._remove(fields['out_sharding'], self.name, rank)
         if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
             out['optimizer_sharding'] = self._remove(fields['optimizer_sharding'],
-                                                     self.optimizer)
-        extra = fields[EXTRA_KEY]
-        if self.extra and _truthy(extra) and extra.form == 'tuple':
-            out[EXTRA_KEY] = self._remove(extra, EXTRA_VALUE)
+                                                     self.optimizer, rank)
+        if self._extra(fields[EXTRA_KEY]):
+            out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
         return out
 
     def outside(self, fields: Fields, rank: int) -> Fields:
@@ -270,24 +266,14 @@ class Call:
         if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
             out['optimizer_sharding'] = self._insert(fields['optimizer_sharding'],
                                                      self.optimizer, rank)
-        extra = fields[EXTRA_KEY]
-        if self.extra and _truthy(extra) and extra.form == 'tuple':
-            out[EXTRA_KEY] = self._insert(extra, EXTRA_VALUE, rank)
+        if self._extra(fields[EXTRA_KEY]):
+            out[EXTRA_KEY] = self._insert(fields[EXTRA_KEY], EXTRA_VALUE, rank)
         return out
 
 
-def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
-    """A mapped spec's entry at the stacked axis (``rank``: the stacked value's)."""
-    i = axis if axis >= 0 else axis + rank
-    if spec.form in FORMS and len(spec.entries) == rank > 1:
-        return spec.entries[i]
-    return MISSING  # no entry there: a spec of another rank (maybe the slice's), one entry, or ()
-
-
-def _shared(entries: list[Any], default: Any) -> Any:
-    if any(e != entries[0] or e is MISSING for e in entries):
-        return MISSING  # the mapped Variables disagree
-    return entries[0] if entries else default
+def _entry_at(spec: Spec, axis: int) -> Any:
+    """A mapped spec's entry at the axis, read positionally (None past its end)."""
+    return spec.entries[axis] if -len(spec.entries) <= axis < len(spec.entries) else None
 
 
 def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
@@ -299,41 +285,28 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     ``mapped`` the mapped Variables as ``(fields, stacked rank)`` pairs,
     ``decorator`` the partition of an ``nnx.transform_metadata`` body.
 
-    - A body of ``nnx.transform_metadata`` keeps the axis to itself: its
-      name goes into ``out_sharding`` at axis 0 (vanilla's or ours' insertion).
-    - Vanilla: only a given name in graph mode with graph updates, into
-      ``out_sharding`` and tuple-valued extra keys, at the raw index, as a
-      tuple; otherwise nothing.
-    - Ours, with a given name, in every mode: vanilla's named path at the
-      normalized axis, the spec's type kept; ``optimizer_sharding`` stacked
-      too where every mapped Variable with one holds the name at the axis
-      (or none has one).
-    - Ours, given no name: the entry all mapped Variables with an
-      ``out_sharding`` share at the axis (a spec without the stacked rank or
-      of one entry has none there; an empty one takes no part),
-      ``spmd_axis_name`` where none has one; where they disagree the call
-      leaves the metadata alone. Then as with that name,
-      ``optimizer_sharding`` taking its own shared entry, and ``inferred``.
+    Vanilla applies a given name in graph mode with graph updates, nothing
+    else. Ours, given no name there (or in tree mode, which ignores a given
+    name), takes the entry the mapped Variables' specs share at the axis
+    (``spmd_axis_name`` when none has one) and applies it as a given one; in
+    tree mode only where no mapped Variable names the axis.
     """
-    if decorator is not None:
-        return Call(flax, 0, decorator)
-    given = partition != DEFAULT
-    if flax == 'vanilla':
-        if given and MODES[mode] == (True, True):
-            return Call(flax, axis, partition, extra=extra)
+    ours = flax == 'ours'
+    if decorator is not None:  # its own named path, at axis 0
+        return Call(flax, 0, decorator, decorator if ours else MISSING)
+    graph = MODES[mode] == (True, True)
+    if graph and partition != DEFAULT:
+        return Call(flax, axis, partition, partition if ours else MISSING, extra=extra)
+    if not ours:
         return Call(flax, axis)
-    outs = [_entry_at(f['out_sharding'], axis, rank) for f, rank in mapped
-            if _truthy(f['out_sharding'])]
-    opts = [_entry_at(f['optimizer_sharding'], axis, rank) for f, rank in mapped
-            if _truthy(f['optimizer_sharding'])]
-    if given:
-        opt = _shared(opts, partition)
-        return Call(flax, axis, partition, partition if opt == partition else MISSING,
-                    extra=extra)
-    name = _shared(outs, spmd_axis_name)
-    if name is MISSING:
-        return Call(flax, axis)
-    return Call(flax, axis, name, _shared(opts, name), inferred=True)
+    entries = [_entry_at(f[k], axis) for f, _ in mapped
+               for k in ('out_sharding', 'optimizer_sharding') if f[k] is not None]
+    if not graph and any(e is not None for e in entries):
+        return Call(flax, axis)  # an axis a Variable names: the decorator's
+    name = entries[0] if entries else spmd_axis_name
+    if entries.count(name) < len(entries):
+        return Call(flax, axis)  # the specs disagree
+    return Call(flax, axis, name, name)
 
 
 def leaf_fields(leaf: Leaf) -> Fields:
@@ -382,7 +355,8 @@ def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
     call = apply_call(program, flax, meta)
     try:
         return {leaf.name: fields_json(call.inside(
-            {f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS}))
+            {f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
+            stacked_rank(program, leaf) - 1))
             for leaf in program.leaves}
     except RemoveError:
         return None
@@ -397,7 +371,8 @@ def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
     call = apply_call(program, flax, meta)
     leaf = next(l for l in program.leaves if l.name == param)
     try:
-        inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS})
+        inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS},
+                             stacked_rank(program, leaf) - 1)
     except RemoveError:
         return None
     if program.apply is not None and program.apply.wrap == 'optimizer':

@@ -130,7 +130,16 @@ def decorated_create(graph: bool) -> Any:
     return nnx.jit(create, graph=graph) if graph else jax.jit(create)
 
 
-@probe()
+# Documented consequence (compatibility.md, "A decorated function behind
+# another wrapper"): nnx.vmap does not see through jax.jit to the decorator,
+# so in tree mode it stacks its own None on top of the decorator's entry.
+def behind_jit_consequence(r: Report) -> list[str]:
+    want = [None, 'a', None, 'b']
+    return [f'{key}: {r[key]["entries"]}' for key in ('nnx_vmap',)
+            if r[key]['entries'] != want]
+
+
+@probe(fixed=behind_jit_consequence, same=('jax_vmap', 'keys'))
 def decorator_under_jit_nnx_vmap_then_jax_vmap() -> Report:
     keys = jax.random.split(jax.random.key(0), 2)
     out: Report = {}
@@ -144,7 +153,7 @@ def decorator_under_jit_nnx_vmap_then_jax_vmap() -> Report:
     return out
 
 
-@probe()
+@probe(fixed=behind_jit_consequence, same=('jax_vmap',))
 def decorator_jax_vmap_then_nnx_vmap() -> Report:
     keys = jax.random.split(jax.random.key(0), 2)
     out: Report = {}
@@ -153,6 +162,20 @@ def decorator_jax_vmap_then_nnx_vmap() -> Report:
         out['jax_vmap'] = spec(jax.vmap(g)(keys).kernel.out_sharding)
         out['nnx_vmap'] = spec(nnx.vmap(g, graph=False)(keys).kernel.out_sharding)
     return out
+
+
+# The recipe: the decorator outermost, right under the transform.
+@probe()
+def decorator_over_jit_under_nnx_vmap() -> Report:
+    @nnx.transform_metadata(in_axes=0, out_axes=0, partition='a', graph=False)
+    @jax.jit
+    def create(key: jax.Array) -> nnx.Linear:
+        return layer(nnx.Rngs(key), (None, 'b'))
+
+    keys = jax.random.split(jax.random.key(0), 2)
+    with nnx.use_eager_sharding(False):
+        model = nnx.vmap(create, graph=False)(keys)
+    return {'kernel': spec(model.kernel.out_sharding)}
 
 
 @probe()
@@ -264,14 +287,20 @@ def copy_with_other_out_axes_explicit_none() -> Report:
             'sharding': sharding(copy.get_value())}
 
 
-# Named mode treats optimizer_sharding as vanilla does.
-@probe()
-def named_scan_leaves_optimizer_sharding_alone() -> Report:
+# Documented consequence (compatibility.md, "Named transforms stack
+# optimizer_sharding"): a given name is removed from optimizer_sharding too,
+# so a stack whose optimizer_sharding lacks it fails where vanilla runs.
+def optimizer_sharding_consequence(r: Report) -> list[str]:
+    want = "ValueError: Expected to remove 'layers' at index 0"
+    return [] if r.get('raised', '').startswith(want) else [f'ran: {r}']
+
+
+def named_scan_over_optimizer_sharding(optimizer_sharding: Any) -> Report:
     seen: dict[str, Any] = {}
     with nnx.use_eager_sharding(False):
         model = nnx.Module()
         model.kernel = nnx.Param(jnp.ones((3, 4, 8)), out_sharding=('layers', 'a', 'b'),
-                                 optimizer_sharding=('a', None, 'b'))
+                                 optimizer_sharding=optimizer_sharding)
 
         @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
                   transform_metadata={nnx.PARTITION_NAME: 'layers'})
@@ -280,15 +309,29 @@ def named_scan_leaves_optimizer_sharding_alone() -> Report:
             return x @ m.kernel[...][:, :4]
 
         y = body(model, jnp.ones((2, 4)))
-    return {'seen': seen, 'after': [spec(model.kernel.out_sharding),
-                                    spec(model.kernel.optimizer_sharding)],
+    return {'seen': seen['body'][0], 'after': spec(model.kernel.out_sharding),
             'y': digest(y)}
 
 
-# Tree mode honours a PARTITION_NAME for the Variables it creates.
+@probe(fixed=optimizer_sharding_consequence)
+def named_scan_over_an_unnamed_optimizer_sharding() -> Report:
+    try:
+        return named_scan_over_optimizer_sharding(('a', None, 'b'))
+    except ValueError as e:
+        return {'raised': f'ValueError: {str(e).splitlines()[0]}'}
+
+
+# The recipe: the stacked optimizer_sharding names the layer axis too.
+@probe()
+def named_scan_over_a_named_optimizer_sharding() -> Report:
+    return named_scan_over_optimizer_sharding(('layers', None, 'b'))
+
+
+# Tree mode ignores transform_metadata, as vanilla does, and stacks None
+# into what it creates.
 def tree_named_problems(r: Report) -> list[str]:
     found = r['created']['entries']
-    return [] if found == ['layers', 'a', 'b'] else [f'created {found}']
+    return [] if found == [None, 'a', 'b'] else [f'created {found}']
 
 
 @probe(fixed=tree_named_problems, same=('apply_kept_metadata', 'y'))
@@ -390,7 +433,22 @@ def nested_vmap_in_vmap() -> Report:
     return {'kernel': kernel(model), 'values': digest(model.kernel[...])}
 
 
-# Breaks a review of the fix found, kept as probes.
+# Documented consequence (compatibility.md, "A one-entry spec mapped"): the
+# entry of a one-entry spec is removed inside and, as on vanilla's named
+# path, an empty spec gets no entry back.
+def length1_consequence(r: Report) -> list[str]:
+    return [] if r['after']['entries'] == [] else [f'after {r["after"]}']
+
+
+@probe(fixed=length1_consequence, same=('y',))
+def length1_spec_through_a_default_vmap() -> Report:
+    with jax.set_mesh(mesh()):
+        p = nnx.Param(jnp.ones((4,)), out_sharding=('a',))
+        y = nnx.vmap(lambda p: p[...] * 2)(p)
+    return {'after': spec(p.out_sharding), 'y': digest(y)}
+
+
+# The recipe: map the array, not the Variable.
 @probe()
 def length1_spec_survives_a_forward_pass() -> Report:
     traces = []
@@ -404,7 +462,7 @@ def length1_spec_survives_a_forward_pass() -> Report:
         p = nnx.Param(jnp.ones((4,)), out_sharding=('a',))
         ref = nnx.clone(p)
         step(p)
-        y = nnx.vmap(lambda p: p[...] * 2)(p)
+        y = nnx.vmap(lambda v: v * 2)(p[...])
         summed = jax.tree.map(lambda a, b: a + b, ref, p)
         step(p)
     return {'after': spec(p.out_sharding), 'sum': digest(summed[...]),
@@ -419,12 +477,33 @@ def spmd_axis_name_indivisible_explicit() -> Report:
     return {'sharding': sharding(w.get_value()), 'shape': list(w.shape)}
 
 
-@probe()
+# Documented consequence (compatibility.md, "A NamedSharding as metadata"):
+# the named path reads out_sharding as a spec, and a NamedSharding is none.
+def named_sharding_consequence(r: Report) -> list[str]:
+    want = "TypeError: 'jaxlib._jax.NamedSharding' object is not iterable"
+    return [] if r.get('raised') == want else [f'ran: {r}']
+
+
+@probe(fixed=named_sharding_consequence)
 def spmd_axis_name_with_named_sharding_metadata() -> Report:
     named = jax.sharding.NamedSharding(mesh(), jax.P(None, 'b'))  # no context mesh
-    w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=named),
-                 spmd_axis_name='a')(jnp.arange(2.0))
+    try:
+        w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=named),
+                     spmd_axis_name='a')(jnp.arange(2.0))
+    except TypeError as e:
+        return {'raised': f'TypeError: {e}'}
     return {'sharding': sharding(w.get_value())}
+
+
+# The recipe: the spec as out_sharding, the mesh as mesh.
+@probe()
+def spmd_axis_name_with_spec_and_mesh_metadata() -> Report:
+    m = mesh()
+    w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=(None, 'b'),
+                                     mesh=m),
+                 spmd_axis_name='a', transform_metadata={nnx.PARTITION_NAME: 'a'},
+                 )(jnp.arange(2.0))
+    return {'sharding': sharding(w.get_value()), 'out_sharding': spec(w.out_sharding)}
 
 
 @probe()
@@ -510,7 +589,17 @@ def ensemble_gradients_keep_the_name() -> Report:
 
 # The decorator through NNX's autodiff wrappers under a default nnx.vmap over
 # a stack it names: no `Expected to remove 'a' ...` from the default call.
-@probe()
+# Documented consequence (compatibility.md, "A decorated function behind
+# another wrapper"): behind nnx.grad or nnx.remat the decorator is hidden, so
+# the default nnx.vmap removes the name first and the decorator fails.
+def behind_grad_consequence(r: Report) -> list[str]:
+    want = "ValueError: Expected to remove 'a' at index 0 from (None, 'b')"
+    return [f'{name}: {r[name]}' for name in ('grad', 'value_and_grad', 'remat',
+                                               'tree_grad')
+            if not str(r[name]).startswith(want)]
+
+
+@probe(fixed=behind_grad_consequence, same=('input', 'values'))
 def decorator_through_grad_and_remat() -> Report:
     out: Report = {}
     with nnx.use_eager_sharding(False):
@@ -527,7 +616,11 @@ def decorator_through_grad_and_remat() -> Report:
                     'remat': nnx.remat,
                     'tree_grad': functools.partial(nnx.grad, graph=False)}
         for name, wrap in wrappers.items():
-            result = nnx.vmap(wrap(named), in_axes=(0, None))(layers, x)
+            try:
+                result = nnx.vmap(wrap(named), in_axes=(0, None))(layers, x)
+            except ValueError as e:
+                out[name] = f'ValueError: {str(e).splitlines()[0]}'
+                continue
             out[name] = [digest(leaf) for leaf in jax.tree.leaves(result)]
             if name == 'grad':
                 out['grads'] = spec(result['kernel'].out_sharding)
@@ -537,13 +630,31 @@ def decorator_through_grad_and_remat() -> Report:
     return out
 
 
+# The recipe: the decorator over the wrapper, passed to the transform.
+@probe()
+def decorator_over_grad_under_nnx_vmap() -> Report:
+    with nnx.use_eager_sharding(False):
+        layers = named_stack('a')
+
+        def loss(m: nnx.Linear, x: jax.Array) -> jax.Array:
+            return jnp.sum(m(x))
+
+        grad = nnx.transform_metadata(nnx.grad(loss), in_axes=(0, None), partition='a')
+        grads = nnx.vmap(grad, in_axes=(0, None))(layers, jnp.ones((3, 4)))
+    return {'grads': spec(grads['kernel'].out_sharding),
+            'values': digest(grads['kernel'][...])}
+
+
 # An error raised in a default transform's body about a
 # mapped Variable's spec names the spec the body sees, the per-layer one
 # (vanilla: the stacked one); same exception type (README, Compatibility).
+# In tree mode a named stack is left to nnx.transform_metadata: the
+# stacked spec, as on vanilla.
 def body_error_problems(r: Report) -> list[str]:
-    want = "ValueError: Resource axis: c of P(None, 'c') is not found in mesh"
+    want = {'graph=True': "ValueError: Resource axis: c of P(None, 'c') is not found",
+            'graph=False': "ValueError: Resource axis: c of P('a', None, 'c') is not"}
     return [f'{mode}: {error}' for mode, error in r.items()
-            if not str(error).startswith(want)]
+            if not str(error).startswith(want[mode])]
 
 
 @probe(fixed=body_error_problems)
@@ -634,23 +745,47 @@ def decorator_alone_on_another_name() -> Report:
 
 
 # The decorator through functools.partial with a short spec.
-@probe()
-def decorator_through_partial_short_spec() -> Report:
+# Documented consequence (compatibility.md, "A decorated function behind
+# another wrapper"): functools.partial hides the decorator too, and the
+# transform stacks its own None on top of the decorator's entry.
+def behind_partial_consequence(r: Report) -> list[str]:
+    found = r['kernel']['out_sharding']['entries']
+    return [] if found == [None, 'a', 'b'] else [f'out_sharding {found}']
+
+
+def through_partial(decorate_partial: bool) -> Report:
     def create(key: jax.Array) -> nnx.Linear:
         return layer(nnx.Rngs(key), ('b',))
 
-    named = nnx.transform_metadata(create, partition='a')
+    if decorate_partial:
+        named = nnx.transform_metadata(functools.partial(create), partition='a')
+    else:
+        named = functools.partial(nnx.transform_metadata(create, partition='a'))
     with nnx.use_eager_sharding(False):
-        model = nnx.vmap(functools.partial(named))(jax.random.split(jax.random.key(0), 2))
+        model = nnx.vmap(named)(jax.random.split(jax.random.key(0), 2))
     m = mesh()
     with jax.set_mesh(m):
         sharded_init(model, m)
     return {'kernel': kernel(model)}
 
 
-# spmd_axis_name whose mesh axis the per-layer spec uses already.
+@probe(fixed=behind_partial_consequence)
+def decorator_through_partial_short_spec() -> Report:
+    return through_partial(decorate_partial=False)
+
+
+# The recipe: the decorator over the partial.
+@probe()
+def decorator_over_partial_short_spec() -> Report:
+    return through_partial(decorate_partial=True)
+
+
+# Documented consequence (compatibility.md, "A name the spec already
+# uses"): spmd_axis_name whose mesh axis the per-layer spec uses already is
+# the stacked entry all the same, as the same name given is.
 def kernel_problems(r: Report) -> list[str]:
-    return stacked_problems(r['kernel'])
+    found = r['kernel']['out_sharding']['entries']
+    return [] if found == ['a', 'a', 'b'] else [f'out_sharding {found}']
 
 
 @probe(fixed=kernel_problems, same=('sharding', 'values'))
@@ -662,6 +797,18 @@ def spmd_axis_name_spec_uses_the_axis_explicit() -> Report:
     return {'kernel': {'shape': list(value.shape), 'sharding': sharding(value),
                        'out_sharding': spec(w.out_sharding)},
             'sharding': sharding(value), 'values': digest(value)}
+
+
+# The recipe: name the stacked axis None where the spec uses spmd_axis_name.
+@probe()
+def spmd_axis_name_spec_uses_the_axis_named_none() -> Report:
+    with jax.set_mesh(mesh('explicit')):
+        w = nnx.vmap(lambda x: nnx.Param(x * jnp.ones((4, 8)), out_sharding=('a', 'b')),
+                     spmd_axis_name='a', transform_metadata={nnx.PARTITION_NAME: None},
+                     )(jnp.arange(2.0))
+        value = w.get_value()
+    return {'out_sharding': spec(w.out_sharding), 'sharding': sharding(value),
+            'values': digest(value)}
 
 
 # Pipeline stages from spmd_axis_name on an Explicit mesh, run by nnx.scan.
@@ -738,19 +885,47 @@ def constrain_by_metadata(layer_: nnx.Linear) -> None:
     nnx.update(layer_, jax.lax.with_sharding_constraint(state, nnx.get_partition_spec(state)))
 
 
-@probe()
+# Documented consequence (compatibility.md, "A stack made by jax.vmap or
+# jnp.stack"): a default transform reads each layer's spec positionally, so
+# its body sees the spec with its first entry removed.
+def hand_made_consequence(r: Report) -> list[str]:
+    return [f'{key}: inside {v["inside"]["entries"]}' for key, v in r.items()
+            if v['inside']['entries'] != v['kernel']['out_sharding']['entries'][1:]]
+
+
+def add_stacked_entry(node: Any) -> None:
+    """The recipe: give every spec of a hand-made stack its stacked entry."""
+    for _, v in nnx.iter_graph(node):
+        if isinstance(v, nnx.Variable) and v.get_metadata('out_sharding', None):
+            v.set_metadata(out_sharding=(None, *v.out_sharding))
+
+
+@probe(fixed=hand_made_consequence)
 def per_layer_specs_of_a_hand_made_stack() -> Report:
-    """Default transforms over a stack whose metadata is each layer's: the
-    body sees and applies that spec, and an optimizer made there follows it."""
+    return through_hand_made_stack(recipe=False)
+
+
+@probe()
+def per_layer_specs_of_a_hand_made_stack_with_its_entry() -> Report:
+    return through_hand_made_stack(recipe=True)
+
+
+def through_hand_made_stack(recipe: bool) -> Report:
+    """Default transforms over a stack whose metadata is each layer's (or,
+    with the recipe, has the stacked entry and the transforms name it None):
+    what the body sees and applies, and where an optimizer made there goes."""
+    metadata = {nnx.PARTITION_NAME: None} if recipe else {}
     out: Report = {}
     with jax.set_mesh(mesh()):
         for spec_ in ((None, 'b'), ('a', 'b')):
             for how in ('jax.vmap', 'jnp.stack'):
                 key = f'{spec_} {how}'
                 layers = stacked_by_hand(spec_, how)
+                if recipe:
+                    add_stacked_entry(layers)
                 seen: list[Any] = []
 
-                @nnx.vmap
+                @nnx.vmap(transform_metadata=metadata)
                 def in_vmap(layer_: nnx.Linear) -> Any:
                     seen.append(spec(layer_.kernel.out_sharding))
                     constrain_by_metadata(layer_)
@@ -760,7 +935,8 @@ def per_layer_specs_of_a_hand_made_stack() -> Report:
                 mu = in_vmap(layers)
                 out[f'{key} vmap'] = {'inside': seen[0], 'mu': sharding(mu), 'kernel': kernel(layers)}
 
-                @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+                @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
+                          transform_metadata=metadata)
                 def in_scan(layer_: nnx.Linear, x: jax.Array) -> jax.Array:
                     seen.append(spec(layer_.kernel.out_sharding))
                     constrain_by_metadata(layer_)
