@@ -112,11 +112,10 @@ ROWS += [
     for mode in ('graph', 'graph-no-updates')
 ]
 
-# Found by the oracle: a stack made from a spec shorter than its layers
-# (so it has no entry at the axis when mapped again) and an optimizer built
-# in a default body: the declared optimizer_sharding places the state, in
-# the body's view of it, which the call leaves stacked; and the same stack
-# mapped with the body seeing its specs.
+# Found by the oracle (series 10): a stack made from a spec shorter than its
+# layers and an optimizer built in a default body, where the declared
+# optimizer_sharding places the state. Since series 11 the stack reads back
+# positionally: the body sees the per-layer specs, as for full specs.
 ROWS += [
     Program(f'made in body: optimizer over a stack of short specs, {mode} scan',
             (Leaf('w', (16, 16, 8), Spec('pspec', (('a', 'b'),)),
@@ -126,27 +125,25 @@ ROWS += [
     for mode in ('graph', 'tree')
 ]
 
-# Found by the oracle: the same with no declared optimizer_sharding, on an
-# Auto mesh (the body's parameter is a tracer with no sharding to copy): the
-# out_sharding the call leaves stacked places the state; and a stack made
-# through an nnx.transform_metadata body, which stacks out_sharding but not
-# the declared optimizer_sharding: the state made in a default body takes
-# that declared spec as the body sees it, stacked with the inferred entry.
+# Found by the oracle (series 10): the same with no declared
+# optimizer_sharding, on an Auto mesh (the body's parameter is a tracer with
+# no sharding to copy), where the out_sharding places the state; and a stack
+# made through an nnx.transform_metadata body, whose named path stacks the
+# declared optimizer_sharding too (series 11).
 ROWS += [
     Program(f'made in body: optimizer over a stack of short out_sharding specs, {mode} vmap',
             (Leaf('w', (8, 16, 16), Spec('tuple', ('a',))),),
             (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
             apply=Apply('vmap', DEFAULT, mode, 'optimizer'))
     for mode in ('graph', 'tree')
-] + [  # with a full spec beside: the call leaves both, so the full one is
-    # longer than its slice in the body, and the optimizer fails there (JAX's
-    # rank error) where vanilla, whose stack has no entry, runs
+] + [  # with a full spec beside (series 10 left both stacked, and the
+    # optimizer failed with JAX's rank error where vanilla runs)
     Program('made in body: optimizer over a stack of short and full specs',
             (Leaf('w0', (8, 16, 16), Spec('tuple', ('a', None, None))),
              Leaf('w1', (8, 16, 16), Spec('tuple', ('a',)))),
             (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
             apply=Apply('vmap', DEFAULT, 'graph', 'optimizer')),
-] + [  # the recipes: full specs, or the optimizer built outside the transform
+] + [  # full specs, and the optimizer built outside the transform
     Program('made in body: optimizer over a stack of full specs, tree vmap',
             (Leaf('w', (8, 16, 16), Spec('tuple', ('a', None, None))),),
             (Stack('scan', 2, 0, DEFAULT, 'graph'),), mesh='auto',
@@ -181,9 +178,8 @@ ROWS += [
 # Found by the oracle: where vanilla's pass fails (a name it did not stack
 # without graph updates), a function jitted outside traces once per call on
 # ours, as on vanilla where its pass runs; and a decorator stack with a
-# declared optimizer_sharding, which the decorator leaves one entry short:
-# adafactor fails on it on both flaxes, on vanilla at a (1,) placeholder and
-# on ours, which places placeholders like the parameter, at the full moment.
+# declared optimizer_sharding (one entry short on vanilla, stacked by the
+# named path on ours).
 ROWS += [
     Program('jitted function in a body where vanilla\'s named pass fails',
             (Leaf('w', (8,), Spec('tuple', ('a',)), key='sharding_names'),),
@@ -196,13 +192,12 @@ ROWS += [
             consumers=('partition_spec', 'eval_shape'), optimizer='adafactor'),
 ]
 
-# Found by the oracle: over a stack of short and full specs, where the call
-# leaves the entries, a function jitted outside traces again in the body
-# (its metadata is not the layer's), and an optimizer built there runs where
-# its specs resolve to no mesh axis (vanilla fails on the short spec); and a
-# named stack whose name is a mesh axis stacks a declared optimizer_sharding,
-# which then places the state by that name while the transform moved no data:
-# the train step moves the parameter to the state's devices.
+# Found by the oracle: over a stack of short and full specs (series 10 left
+# their entries: a function jitted outside traced again in the body), and
+# short and full logical specs; and a named stack whose name is a mesh axis
+# stacks a declared optimizer_sharding, which then places the state by that
+# name while the transform moved no data: the train step moves the
+# parameter to the state's devices.
 ROWS += [
     Program('jitted function in a body over a stack of short and full specs',
             (Leaf('w0', (8, 16), Spec('tuple', (('a', 'b'),))),
