@@ -260,8 +260,8 @@ def check_mismatched_name_fails_on_ours(c: Judged) -> list[Divergence]:
 def check_ours_runs_where_vanilla_runs(c: Judged) -> list[Divergence]:
     """Where vanilla runs (and the model's removal succeeds), ours runs (I0);
     but for a pytree op between the layer and an unmapped copy whose metadata
-    the model says differ inside (a tree-mode stack's extra key, honoured
-    as in graph mode), which fails on ours as on vanilla in graph mode, and
+    the model says differ inside (the stacked entry of one of its keys),
+    which fails on ours as on vanilla in graph mode, and
     for an optimizer built in a body that sees a stacked spec, longer than
     the slice (a call that leaves the entry of a stack ours made, which
     vanilla made without it), which fails with JAX's rank error."""
