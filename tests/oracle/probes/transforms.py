@@ -972,3 +972,65 @@ def hand_stacked_state_with_the_stacked_entry() -> Report:
         after = spec(model.kernel.out_sharding)
         out['update'] = 'ok' if after == before else f'{before} became {after}'
     return out
+
+
+# Documented consequence (compatibility.md, "A decorated function behind
+# another wrapper"): a decorator around the transform, not given to it, names
+# the axis after the transform stacked its own None.
+def decorator_outside_consequence(r: Report) -> list[str]:
+    found = r['kernel']['entries']
+    return [] if found == ['layers', None, 'a', 'b'] else [f'kernel {found}']
+
+
+def decorator_and_default_vmap(outside: bool) -> Report:
+    def create(key: jax.Array) -> nnx.Linear:
+        return layer(nnx.Rngs(key))
+
+    named = functools.partial(nnx.transform_metadata, partition='layers')
+    with nnx.use_eager_sharding(False):
+        f = named(nnx.vmap(create)) if outside else nnx.vmap(named(create))
+        model = f(jax.random.split(jax.random.key(0), 3))
+    return {'kernel': spec(model.kernel.out_sharding),
+            'values': digest(model.kernel[...])}
+
+
+@probe(fixed=decorator_outside_consequence, same=('values',))
+def decorator_around_a_default_vmap() -> Report:
+    return decorator_and_default_vmap(outside=True)
+
+
+# The recipe: the decorator given to the transform.
+@probe()
+def decorator_given_to_a_default_vmap() -> Report:
+    return decorator_and_default_vmap(outside=False)
+
+
+# Documented consequence (compatibility.md, "The named path"): a ref=True
+# Variable's output holds no value, so a negative axis cannot count from its
+# end and its entry comes back at index 0.
+def ref_negative_consequence(r: Report) -> list[str]:
+    return [] if r['after'] == [None, 'a'] else [f'after {r["after"]}']
+
+
+def ref_param_through_vmap(in_axes: int) -> Report:
+    w = nnx.Param(jnp.ones((4, 3)), out_sharding=('a', None), eager_sharding=False,
+                  ref=True)
+    seen: list[Any] = []
+
+    def body(w: nnx.Param) -> jax.Array:
+        seen.append(spec(w.out_sharding))
+        return w[...].sum()
+
+    y = nnx.vmap(body, in_axes=in_axes)(w)
+    return {'after': spec(w.out_sharding)['entries'], 'y': digest(y)}
+
+
+@probe(fixed=ref_negative_consequence, same=('y',))
+def ref_param_through_a_negative_axis() -> Report:
+    return ref_param_through_vmap(-1)
+
+
+# The recipe: the non-negative axis.
+@probe()
+def ref_param_through_a_non_negative_axis() -> Report:
+    return ref_param_through_vmap(1)
