@@ -270,7 +270,9 @@ def note_problems(r: Report) -> list[str]:
 
 @probe(fixed=note_problems)
 def short_optimizer_sharding_note_names_the_variable() -> Report:
-    return {'notes': '\n'.join(getattr(short_optimizer_sharding(), '__notes__', []))}
+    notes = getattr(short_optimizer_sharding(), '__notes__', [])
+    # JAX's own note about filtered traceback frames aside
+    return {'notes': '\n'.join(n for n in notes if not n.startswith('-' * 20))}
 
 
 # The state gets the parameter's partitioning, and the memory
