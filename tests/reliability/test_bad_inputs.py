@@ -216,6 +216,61 @@ def _3_recipe_explicit() -> Any:
         return _down_kernel(build())
 
 
+def _three_tp_layers_on_fsdp() -> nnx.Linear:
+    """Three tensor-parallel layers stacked on the 'fsdp' axis (of size 2)."""
+    @nnx.split_rngs(splits=3)
+    @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: 'fsdp'})
+    def create(rngs: nnx.Rngs) -> nnx.Linear:
+        init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'tensor'))
+        return nnx.Linear(16, 32, kernel_init=init, use_bias=False, rngs=rngs)
+
+    return create(nnx.Rngs(0))
+
+
+def _fsdp_stack_with_adam(axis_type: str) -> Any:
+    """Adam for the stack, then one jitted step: the metadata and the specs
+    of the kernel and of its state."""
+    with jax.set_mesh(exact_mesh((2, 4), AXES, axis_type)):
+        model = _three_tp_layers_on_fsdp()
+        optimizer = adam(model)
+
+        @nnx.jit
+        def step(model: nnx.Linear, optimizer: nnx.Optimizer) -> None:
+            optimizer.update(model, jax.tree.map(jnp.ones_like, nnx.state(model, nnx.Param)))
+
+        step(model, optimizer)
+        mu = optimizer.opt_state[0].mu.kernel
+        return (model.kernel.get_metadata()['out_sharding'], spec(model.kernel.get_value()),
+                spec(mu.get_value()), mu.get_metadata()['out_sharding'])
+
+
+def _3_fsdp_optimizer() -> Any:
+    return _fsdp_stack_with_adam('auto')
+
+
+def _3_fsdp_optimizer_explicit() -> Any:
+    return _fsdp_stack_with_adam('explicit')
+
+
+def _3_fsdp_sharded_init_explicit() -> Any:
+    with jax.set_mesh(exact_mesh((2, 4), AXES, 'explicit')):
+        @nnx.jit
+        def build() -> nnx.Linear:
+            model = _three_tp_layers_on_fsdp()
+            state = nnx.state(model)
+            nnx.update(model, jax.sharding.reshard(state, nnx.get_partition_spec(state)))
+            return model
+
+        return spec(build().kernel.get_value())
+
+
+def _3_fsdp_device_put() -> Any:
+    mesh = mesh_2x4()
+    with jax.set_mesh(mesh):
+        state = nnx.state(_three_tp_layers_on_fsdp())
+        return jax.device_put(state, nnx.get_named_sharding(state, mesh))
+
+
 def _4_create() -> Any:
     with jax.set_mesh(mesh_2x4()):
         return OneParam(('fsdp', 'fsdp'))
@@ -363,6 +418,8 @@ def all_outcomes() -> dict[str, Outcome]:
 # Where ours must differ from vanilla (the #5112 fix), and why; every other
 # case must give vanilla's outcome exactly (I0).
 DIFFERS_FROM_VANILLA = {
+    '3_fsdp_optimizer': 'works: the state follows the array, layer axis unsharded (I4)',
+    '3_fsdp_optimizer_explicit': 'works: the state follows the array, layer axis unsharded (I4)',
     '7_stale_too_long_eager': 'works: the state follows the array (I4)',
     '8_name_on_unnamed_stack': 'the stack has its None entry (I1, I2)',
 }
@@ -435,6 +492,21 @@ def test_3_stacked_dim_not_divisible(ours: dict[str, Outcome]) -> None:
            'but does not evenly divide the dimension size 3')
 
 
+def test_3_bad_named_layout_surfaces_at_the_sharded_init(ours: dict[str, Outcome]) -> None:
+    # The optimizer follows the arrays: it builds and trains with the layer
+    # axis unsharded while the metadata (of the kernel and its state) says 'fsdp'.
+    for case in ('3_fsdp_optimizer', '3_fsdp_optimizer_explicit'):
+        assert ours[case] == {'result': (
+            "(('fsdp', None, 'tensor'), P(None, None, 'tensor'), "
+            "P(None, None, 'tensor'), ('fsdp', None, 'tensor'))")}, case
+    # Applying the declared layout raises JAX's error, as on vanilla.
+    raised(ours['3_fsdp_sharded_init_explicit'], 'ValueError',
+           "Sharding spec ('fsdp',) implies that array axis 0 is partitioned 2 times, "
+           'but does not evenly divide the dimension size 3')
+    raised(ours['3_fsdp_device_put'], 'IndivisibleError',
+           'implies that array axis 0 is partitioned 2 times, but the dimension size is 3')
+
+
 def test_4_same_axis_twice(ours: dict[str, Outcome]) -> None:
     for case in ('4_create', '4_named_sharding', '4_stack_on_used_axis_named_sharding'):
         raised(ours[case], 'DuplicateSpecError', 'has duplicate entries for `fsdp`')
@@ -469,9 +541,13 @@ def test_7_optimizer_spec_longer_than_rank(ours: dict[str, Outcome]) -> None:
         raised(ours[case], 'ValueError',
                'One of with_sharding_constraint arguments is incompatible',
                'is only valid for values of rank at least 3, but was applied to a value of rank 2')
-        notes = ours[case].get('notes', '')
-        assert ("OptVariable, sharded eagerly, of shape (16, 32) with "
-                "out_sharding=('fsdp', 'tensor', None)") in notes, notes
+    # one note: the parameter's path and the field the user wrote
+    assert ours['7_optimizer_sharding_too_long']['notes'] == (
+        "Raised for the optimizer state of the Param at 'w' of shape (16, 32) "
+        "with optimizer_sharding=('fsdp', 'tensor', None).")
+    assert ours['7_stale_too_long_in_jit']['notes'] == (
+        "Raised for the optimizer state of the Param at 'w' of shape (16, 32) "
+        "with out_sharding=('fsdp', 'tensor', None).")
     # A concrete array's sharding is known: the state follows it, and keeps the
     # metadata as declared, like the parameter.
     assert ours['7_stale_too_long_eager'] == {
@@ -490,31 +566,27 @@ def test_8_partition_name_mismatch_in_pass_through(ours: dict[str, Outcome]) -> 
 
 # Where nnx's own code meets JAX's error: a note naming the Variable (I6).
 NOTES = {
-    '1a_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'tensor', None)",
-    '1a_abstract_model': "Param, sharded eagerly, of shape (16, 32) with "
+    '1a_create': "a new Param of shape (16, 32) with out_sharding=('fsdp', 'tensor', None)",
+    '1a_abstract_model': "a new Param of shape (16, 32) with "
                          "out_sharding=('fsdp', 'tensor', None)",
-    '2_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'bogus')",
+    '2_create': "a new Param of shape (16, 32) with out_sharding=('fsdp', 'bogus')",
     '2_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('fsdp', 'bogus')",
-    '4_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('fsdp', 'fsdp')",
+    '4_create': "a new Param of shape (16, 32) with out_sharding=('fsdp', 'fsdp')",
     '4_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('fsdp', 'fsdp')",
     '4_stack_on_used_axis_named_sharding': (
         "Param at 'down/kernel' of shape (2, 32, 16) with "
         "out_sharding=('fsdp', 'tensor', 'fsdp')"),
-    '5_create': "Param, sharded eagerly, of shape (16, 32) with out_sharding=('embed', 'mlp'), "
+    '5_create': "a new Param of shape (16, 32) with out_sharding=('embed', 'mlp'), "
                 "sharding_rules=(('embed', 'fsdp'),)",
     '5_named_sharding': "Param at 'w' of shape (16, 32) with out_sharding=('embed', 'mlp'), "
                         "sharding_rules=(('embed', 'fsdp'),)",
 }
 
 
-# The note's advice fits the error.
+# The note's advice fits the error: a name that is not a mesh axis; none else.
 ADVICE = {
     '2_create': "'bogus' is not an axis of the mesh, whose axes are ('fsdp', 'tensor')",
     '2_named_sharding': "'bogus' is not an axis of the mesh",
-    '1a_create': 'use axes of the mesh that divide their dimensions',
-    '1a_abstract_model': 'use axes of the mesh that divide their dimensions',
-    '4_create': 'each at most once',
-    '4_named_sharding': 'each at most once',
     '5_create': "'mlp' is not an axis of the mesh",
     '5_named_sharding': "'mlp' is not an axis of the mesh",
 }
@@ -526,8 +598,14 @@ def test_sharding_errors_carry_a_note_naming_the_variable(
         assert part in ours[case].get('notes', ''), (case, ours[case])
     for case, part in ADVICE.items():
         assert part in ours[case]['notes'], (case, ours[case])
-    for outcome_ in ours.values():
-        assert 'transform_metadata={nnx.PARTITION_NAME' not in outcome_.get('notes', '')
+    for case, outcome_ in ours.items():
+        notes = outcome_.get('notes', '')
+        assert 'transform_metadata={nnx.PARTITION_NAME' not in notes
+        assert 'OptVariable' not in notes, case
+        # one note per error, with advice only where ADVICE says
+        assert notes.count('Raised for') <= 1, (case, notes)
+        if case not in ADVICE:
+            assert 'axis of the mesh' not in notes, (case, notes)
 
 
 # Side by side with vanilla -------------------------------------------------------
@@ -566,6 +644,12 @@ def test_differs_from_vanilla_only_by_the_fix(ours: dict[str, Outcome],
         raised(vanilla[case], 'ValueError',
                'One of with_sharding_constraint arguments is incompatible',
                'is only valid for values of rank at least 3, but was applied to a value of rank 2')
+    # Vanilla shards the optimizer state by the declared layout at nnx.Optimizer.
+    raised(vanilla['3_fsdp_optimizer'], 'IndivisibleError',
+           'implies that array axis 0 is partitioned 2 times, but the dimension size is 3')
+    raised(vanilla['3_fsdp_optimizer_explicit'], 'ValueError',
+           "Sharding spec ('fsdp',) implies that array axis 0 is partitioned 2 times, "
+           'but does not evenly divide the dimension size 3')
     # Vanilla's stack has no entry for the layer axis: found the per-layer one.
     assert vanilla['8_name_on_unnamed_stack'] == {'raised': 'ValueError', 'message': (
         "Expected to remove 'layers' at index 0 from ('tensor', 'fsdp'), "
