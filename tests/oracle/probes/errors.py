@@ -125,15 +125,17 @@ def typo_in_partition_name_note_names_the_axis() -> Report:
     return _noted_error(lambda: nnx.get_named_sharding(nnx.state(model), mesh))
 
 
+# Flax's message says what is missing (a mesh context or metadata) and
+# where to read more; the one note names the Variable and adds no advice.
 def _no_mesh_problems(r: Report) -> list[str]:
     notes = r.get('notes', '')
-    problems = [f'no {w!r} in the note' for w in ('jax.set_mesh', 'eager_sharding=False')
+    problems = [f'no {w!r} in the note' for w in ('Param', '(4, 8)', 'out_sharding')
                 if w not in notes]
     return problems + (['the note talks of dividing axes'] if 'divide' in notes else [])
 
 
 @probe(fixed=_no_mesh_problems, same=('type', 'message'))
-def annotated_variable_without_a_mesh_note_says_set_one() -> Report:
+def annotated_variable_without_a_mesh_note_names_it() -> Report:
     from flax import nnx
 
     return _noted_error(lambda: nnx.Param(jnp.ones((4, 8)), out_sharding=('a', 'b')))
