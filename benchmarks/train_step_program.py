@@ -38,6 +38,7 @@ import optax
 from flax import nnx
 
 VARIANTS = ('plain', 'workaround')
+LEARNING_RATE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ def mesh_shape(count: int) -> tuple[int, int]:
 class Block(nnx.Module):
     """Column-parallel up projection, row-parallel down projection, residual."""
 
-    def __init__(self, width: int, ffn: int, rngs: nnx.Rngs):
+    def __init__(self, width: int, ffn: int, layers: int, rngs: nnx.Rngs):
         init = nnx.initializers.lecun_normal()
+        # The residual branches of ``layers`` blocks add up: each starts
+        # small, so the stack's output and the loss stay of order 1.
+        down_init = nnx.initializers.variance_scaling(1 / layers, 'fan_in', 'truncated_normal')
         self.up = nnx.Linear(
             width, ffn, rngs=rngs,
             kernel_init=nnx.with_partitioning(init, ('fsdp', 'tensor')),
@@ -86,7 +90,7 @@ class Block(nnx.Module):
         )
         self.down = nnx.Linear(
             ffn, width, rngs=rngs, use_bias=False,
-            kernel_init=nnx.with_partitioning(init, ('tensor', 'fsdp')),
+            kernel_init=nnx.with_partitioning(down_init, ('tensor', 'fsdp')),
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -102,13 +106,13 @@ def create_sharded(size: Size, variant: str) -> tuple[Block, nnx.Optimizer]:
         @nnx.split_rngs(splits=size.layers)
         @nnx.vmap(in_axes=0, out_axes=0, **kwargs)
         def stack(rngs: nnx.Rngs) -> Block:
-            return Block(size.width, size.ffn, rngs)
+            return Block(size.width, size.ffn, size.layers, rngs)
 
         model = stack(nnx.Rngs(0))
         state = nnx.state(model)
         nnx.update(model, jax.lax.with_sharding_constraint(
             state, nnx.get_partition_spec(state)))
-        return model, nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+        return model, nnx.Optimizer(model, optax.adam(LEARNING_RATE), wrt=nnx.Param)
 
     return create()
 
