@@ -71,7 +71,7 @@ def test_make_test_full_is_make_test_then_the_slow_steps() -> None:
 def test_make_test_1dev_runs_our_suite_and_upstreams_files_on_one_device() -> None:
     """Both steps under timed with JAX_NUM_CPU_DEVICES=1, the second also
     when the first fails; the target fails if either does."""
-    recipe = long_steps('test-1dev')[-1]
+    recipe = ' '.join(long_steps('test-1dev')[-1].split())
     ours, upstream = recipe.split(' || status=$?; ')[:2]
     assert 'JAX_NUM_CPU_DEVICES=1 scripts/timed ' in ours, ours
     assert "-m 'not slow' tests" in ours, ours
