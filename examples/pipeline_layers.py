@@ -15,12 +15,14 @@ Run: ``python examples/pipeline_layers.py``.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import optax
-from flax import nnx
-
+# First: it simulates 8 CPU devices (JAX_PLATFORMS and the device count)
+# before anything imports jax.
 from scan_over_layers import BATCH, WIDTH, Block, print_shardings
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
 
 NUM_LAYERS = 4
 

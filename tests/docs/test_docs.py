@@ -5,13 +5,16 @@ Blocks of one page are fed in order to one fresh standard REPL (``python
 use names defined earlier, and a page fails on what pasting hits: a blank
 line inside an indented block (``IndentationError: unexpected indent``), a
 statement right after an indented block without the blank line that ends it
-(``SyntaxError``), and any exception (a traceback). The interpreter gets no device setup: ``XLA_FLAGS`` and
-``JAX_PLATFORMS`` are removed from its environment (``make test`` exports
-both), and it runs in an empty folder, so a page whose code needs 8 devices
-must set them up in its own first block. Blocks meant as illustration only
-use another fence language (```text, ```bash). Where a page shows what its
-code prints (a ```text block after "It prints ...:"), the page must print
-exactly that.
+(``SyntaxError``), and any exception (a traceback). The interpreter gets no device setup: ``XLA_FLAGS``,
+``JAX_PLATFORMS`` and ``JAX_NUM_CPU_DEVICES`` are removed from its
+environment (``make test`` exports the first two, ``make test-1dev`` the
+third), and it runs in an empty folder, so a page whose code needs 8 devices
+must set them up in its own first block (8 simulated CPU devices, also on an
+accelerator host). Blocks meant as illustration only use another fence
+language (```text, ```bash). The REPL echoes what it echoes for a reader
+(the value of an expression statement), and stdout must be exactly what the
+page shows (its ```text blocks after "It prints ...:", in order; nothing
+where it shows nothing).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ PRINTS = re.compile(r'^It prints[^\n]*:\n\n```text\n(.*?)^```$', re.MULTILINE | 
 PAGES = sorted([REPO_ROOT / 'README.md', *(REPO_ROOT / 'docs').glob('*.md')])
 PAGES_WITH_CODE = [p for p in PAGES if FENCE.search(p.read_text())]
 # What would give a page devices its own code does not set up.
-DEVICE_VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS')
+DEVICE_VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS', 'JAX_NUM_CPU_DEVICES')
 
 
 def python_blocks(text: str) -> list[str]:
@@ -50,12 +53,12 @@ def run_blocks(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
     """The ``python`` blocks of a page, in order, pasted into one fresh REPL.
 
     Each block ends with the blank line that a reader's Enter adds. The
-    REPL's echo of expression values (``os.environ.setdefault(...)`` shows
-    its value) is turned off first, so that stdout is what the code prints.
+    REPL echoes the value of an expression statement as it does for a reader
+    (a bare ``os.environ.setdefault(...)`` shows its value), so stdout is
+    what the reader sees.
     """
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
     paste = ''.join(f'{block}\n' for block in python_blocks(text))
-    paste = f'import sys; sys.displayhook = lambda value: None; del sys\n{paste}'
     return subprocess.run([sys.executable, '-q', '-i'], input=paste, env=env, cwd=folder,
                           capture_output=True, text=True, timeout=600)
 
@@ -77,8 +80,9 @@ def test_python_blocks_paste_into_the_repl_and_run(page: Path, tmp_path: Path) -
     text = page.read_text()
     result = run_blocks(text, tmp_path)
     assert_pasted_cleanly(result)
-    if expected := PRINTS.findall(text):  # e.g. the README's Quick start
-        assert result.stdout == ''.join(expected)
+    # The README's Quick start shows what it prints; a page that shows
+    # nothing prints nothing, echoes included.
+    assert result.stdout == ''.join(PRINTS.findall(text))
 
 
 @pytest.mark.parametrize('code, error, runs_as_file', [
@@ -99,14 +103,26 @@ def test_what_fails_to_paste_fails_the_page(code: str, error: str, runs_as_file:
 def test_the_device_flags_of_the_test_run_do_not_reach_the_pages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The flags of the test run (``make test`` exports them) do not leak in."""
+    """The flags of the test run (``make test`` and ``make test-1dev`` export
+    them) do not leak in."""
     monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
     monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
+    monkeypatch.setenv('JAX_NUM_CPU_DEVICES', '1')
     page = ("```python\nimport os\n"
             "assert 'XLA_FLAGS' not in os.environ, os.environ['XLA_FLAGS']\n"
             "assert 'JAX_PLATFORMS' not in os.environ, os.environ['JAX_PLATFORMS']\n"
+            "assert 'JAX_NUM_CPU_DEVICES' not in os.environ\n"
             "```\n")
     assert_pasted_cleanly(run_blocks(page, tmp_path))
+
+
+def test_the_repl_echoes_expression_values(tmp_path: Path) -> None:
+    """A bare expression's value reaches stdout, as it does for a reader;
+    an assignment's does not."""
+    page = "```python\nimport os\n_ = os.environ.setdefault('A', 'x')\n1 + 1\n```\n"
+    result = run_blocks(page, tmp_path)
+    assert_pasted_cleanly(result)
+    assert result.stdout == '2\n'
 
 
 def test_the_user_guide_has_code() -> None:

@@ -36,3 +36,18 @@ def test_relative_links_resolve(page: Path) -> None:
         elif fragment and file.suffix == '.md' and fragment not in anchors(file):
             broken.append(target)
     assert not broken, broken
+
+
+# A target with a line break in it renders as text, not as a link, and
+# LINK above does not see it.
+SPLIT_LINK = re.compile(r'\]\(([^)\s]*\s[^)]*)\)')
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda p: p.name)
+def test_no_link_target_is_split_across_lines(page: Path) -> None:
+    assert not SPLIT_LINK.findall(CODE.sub('', page.read_text()))
+
+
+def test_a_split_link_is_found() -> None:
+    assert SPLIT_LINK.findall('see ([guide](sharding-\nlayers.md#x)) and [a](b.md)') == [
+        'sharding-\nlayers.md#x']

@@ -27,7 +27,7 @@ from tests.docs.elide import assert_matches
 README = (REPO_ROOT / 'README.md').read_text()
 GUIDE = (REPO_ROOT / 'docs' / 'sharding-stacked-layers.md').read_text()
 FENCE = re.compile(r'^```python\n(.*?)^```$', re.MULTILINE | re.DOTALL)
-DEVICE_VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS')
+DEVICE_VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS', 'JAX_NUM_CPU_DEVICES')
 WORKAROUND = 'transform_metadata={nnx.PARTITION_NAME: None}'
 
 

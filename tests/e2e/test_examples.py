@@ -7,11 +7,14 @@ import subprocess
 import sys
 
 from flaxpq.project import REPO_ROOT, Project
+from tests.support.devices import user_env
 
 
 def run_example(name: str) -> str:
+    """The example as a user runs it: it sets up its 8 simulated CPU devices
+    itself, also on an accelerator host."""
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'examples' / name)],
+        [sys.executable, str(REPO_ROOT / 'examples' / name)], env=user_env(),
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout

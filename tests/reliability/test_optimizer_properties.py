@@ -110,7 +110,7 @@ def jax_vmap_stack(layers: int, width: int) -> nnx.Module:
 
 @functools.cache
 def model_on_mesh(layout: str, axis_type: str) -> tuple[nnx.Module, jax.sharding.Mesh]:
-    mesh = exact_mesh((2, 4), ('fsdp', 'tensor'), axis_type)
+    mesh = exact_mesh(scenarios.two_axis_shape(), ('fsdp', 'tensor'), axis_type)
     with jax.set_mesh(mesh):
         if layout == 'nnx.vmap':
             return scenarios.stacked_blocks(LAYERS, WIDTH), mesh

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from flaxpq.project import REPO_ROOT
+from tests.support.devices import simulated_cpu_env
 
 
 def run_rows(vanilla: Path | None) -> dict[str, Any]:
     path = [str(REPO_ROOT)] if vanilla is None else [str(vanilla), str(REPO_ROOT)]
-    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path), 'JAX_PLATFORMS': 'cpu',
-           'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+    # The rows are programs on 8 simulated CPU devices (2x4 and 4x2 meshes).
+    env = simulated_cpu_env(PYTHONPATH=os.pathsep.join(path))
     result = subprocess.run([sys.executable, '-m', 'tests.reliability.optimizer_rows'],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

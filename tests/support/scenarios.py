@@ -52,6 +52,14 @@ def make_mesh(names: tuple[str, ...], axis_type: str) -> jax.sharding.Mesh:
     return exact_mesh(shape, names, axis_type)
 
 
+def two_axis_shape() -> tuple[int, int]:
+    """A 2-axis mesh shape over all devices present: ``(2, n // 2)`` for an
+    even count ``n`` ((2, 4) on 8 devices), else ``(1, n)``."""
+    count = jax.device_count()
+    leading = 2 if count % 2 == 0 else 1
+    return leading, count // leading
+
+
 def exact_mesh(shape: tuple[int, ...], names: tuple[str, ...],
                axis_type: str = 'auto') -> jax.sharding.Mesh:
     """A mesh of exactly ``shape`` with every axis of ``axis_type``."""

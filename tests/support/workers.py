@@ -21,6 +21,7 @@ from typing import Any
 
 from flaxpq.project import REPO_ROOT, Project
 from tests.oracle.programs import Program
+from tests.support.devices import without_count_override
 from tests.oracle.reports import Report
 
 TIMEOUT = 300.0
@@ -42,7 +43,9 @@ class Worker:
     def __init__(self, name: str, site: Path | None):
         self.name = name
         path = [str(REPO_ROOT)] if site is None else [str(site), str(REPO_ROOT)]
-        env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path)}
+        # The runner simulates 8 CPU devices itself (XLA_FLAGS); a count
+        # override of the test run (make test-1dev) would leave it 1.
+        env = {**without_count_override(), 'PYTHONPATH': os.pathsep.join(path)}
         self.stderr = tempfile.NamedTemporaryFile(
             mode='w+', prefix=f'oracle-{name}-', suffix='.stderr', delete=False)
         self.process = subprocess.Popen(

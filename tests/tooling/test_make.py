@@ -60,10 +60,25 @@ def test_make_test_runs_each_long_step_under_timed() -> None:
 def test_make_test_full_is_make_test_then_the_slow_steps() -> None:
     steps = long_steps('test-full')
     assert steps[:5] == long_steps('test'), steps
-    # the hooks, our slow tests, upstream's suite, upstream's examples
-    assert len(steps) == 9 and all('scripts/timed ' in line for line in steps), steps
+    # the hooks, our slow tests, upstream's suite, upstream's examples, and
+    # make test-1dev (one recipe line: our suite, then upstream's three files)
+    assert len(steps) == 10 and all('scripts/timed ' in line for line in steps), steps
     assert '--no-hooks' not in steps[5] and '-m slow tests' in steps[6], steps
-    assert 'examples/nnx_toy_examples' in steps[-1]  # the last step is pytest's
+    assert 'examples/nnx_toy_examples' in steps[-2]
+    assert steps[-1] == long_steps('test-1dev')[-1], steps
+
+
+def test_make_test_1dev_runs_our_suite_and_upstreams_files_on_one_device() -> None:
+    """Both steps under timed with JAX_NUM_CPU_DEVICES=1, the second also
+    when the first fails; the target fails if either does."""
+    recipe = ' '.join(long_steps('test-1dev')[-1].split())
+    ours, upstream = recipe.split(' || status=$?; ')[:2]
+    assert 'JAX_NUM_CPU_DEVICES=1 scripts/timed ' in ours, ours
+    assert "-m 'not slow' tests" in ours, ours
+    assert 'JAX_NUM_CPU_DEVICES=1' in upstream and '/scripts/timed ' in upstream, upstream
+    for name in ('spmd_test.py', 'optimizer_test.py', 'transforms_test.py'):
+        assert f'tests/nnx/{name}' in upstream, upstream
+    assert recipe.endswith('|| status=$?; exit $status'), recipe
 
 
 def test_make_demo_installs_only_the_demo_requirements_in_its_own_venvs() -> None:

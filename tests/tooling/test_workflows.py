@@ -37,9 +37,10 @@ def test_ci_runs_exactly_the_readme_command() -> None:
 
 
 def test_the_tpu_workflow_is_described_as_what_it_is() -> None:
-    """Written for a self-hosted TPU runner, never run: no schedule that would
-    queue runs for a runner nobody attached, and the README's steps give the
-    workflow's own runner label."""
+    """Written for a self-hosted TPU runner, which nobody attached: no
+    schedule that would queue runs for it, and the maintainers' guide gives
+    the workflow's own runner label, Python and jax[tpu] pin, and the record
+    of the run of its commands on a chip."""
     workflow = (REPO_ROOT / '.github' / 'workflows' / 'tpu.yml').read_text()
     active = '\n'.join(line for line in workflow.splitlines() if not line.startswith('#'))
     assert 'runs-on: [self-hosted, "${{ inputs.runner-label || \'tpu\' }}"]' in active
@@ -47,6 +48,20 @@ def test_the_tpu_workflow_is_described_as_what_it_is() -> None:
     guide = ' '.join((REPO_ROOT / 'docs' / 'maintainers.md').read_text().split())
     section = guide[guide.index('## The TPU workflow'):guide.index('## Commands')]
     assert 'never run' in section and '--labels tpu' in section
-    assert 'PYTHON: python3' in section and 'PYTHON: python3' in active
+    for needed in ('PYTHON: python3.12', 'jax[tpu]==0.12.0.1'):
+        assert needed in section and needed in active, needed
+    assert re.search(r'ran (by hand )?on .*TPU v5e.*20\d\d-\d\d-\d\d', section), section
     readme = ' '.join((REPO_ROOT / 'README.md').read_text().split())
     assert 'runs the sharding tests on real TPU chips' not in readme + guide
+
+
+def test_the_tpu_workflow_filters_the_hugepages_warning_and_runs_one_process() -> None:
+    """Upstream's pytest config turns warnings into errors: every pytest of
+    the workflow filters the runtime's one warning; one process holds the chip."""
+    workflow = (REPO_ROOT / '.github' / 'workflows' / 'tpu.yml').read_text()
+    runs = [line for line in workflow.splitlines()
+            if ' -m pytest ' in line and not line.lstrip().startswith('#')]
+    assert len(runs) == 2, runs
+    for line in runs:
+        assert "-W 'ignore:Transparent hugepages'" in line, line
+        assert not re.search(r' -n ', line), line
