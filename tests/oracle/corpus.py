@@ -215,6 +215,22 @@ ROWS += [
             mesh='auto', context_rules=True, consumers=('train_step',), optimizer='adam'),
 ]
 
+# Found by the oracle (series 11): a tree-mode stack made at a negative axis
+# from specs shorter than its layers, mapped again at that axis by a
+# tree-mode transform: each entry is read where the named path pops it
+# (from the end of the stacked value), not from the end of the spec.
+ROWS += [
+    Program('tree mode: short specs stacked and mapped at a negative axis',
+            (Leaf('w0', (8, 16, 16), Spec('tuple', ('a', 'b', None)),
+                  optimizer_spec=Spec('tuple', ('a', 'b', None)),
+                  extra_spec=Spec('tuple', ('x0',))),
+             Leaf('w1', (16, 16, 16), Spec('list', ('a', 'b')), key='sharding_names',
+                  extra_spec=Spec('tuple', ('x0',)))),
+            (Stack('vmap', 2, -3, None, 'tree', extra=True),), mesh='none',
+            apply=Apply('vmap', 'layers', 'tree', 'remat'),
+            consumers=('partition_spec', 'eval_shape', 'train_step'), optimizer='sgd'),
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {

@@ -24,8 +24,9 @@ The rule (series 11), two sentences per mode:
   ``nnx.transform_metadata`` function applies its own partition at axis 0;
 - ours, in graph mode with graph updates, given no name, infers one per
   call: the entry the ``out_sharding`` and ``optimizer_sharding`` specs of
-  its mapped Variables share at the axis, read positionally (``spec[axis]``;
-  None past the spec's end), else the ``spmd_axis_name`` (None); where they
+  its mapped Variables share at the axis, read as the named path pops it
+  (a negative axis from the end of the stacked value; None past the spec's
+  end), else the ``spmd_axis_name`` (None); where they
   disagree the call leaves all metadata alone. Then it takes the named path;
 - ours, in tree mode (graph=False or graph_updates=False), ignores a given
   name as vanilla does and infers one only where no mapped Variable names
@@ -271,9 +272,12 @@ class Call:
         return out
 
 
-def _entry_at(spec: Spec, axis: int) -> Any:
-    """A mapped spec's entry at the axis, read positionally (None past its end)."""
-    return spec.entries[axis] if -len(spec.entries) <= axis < len(spec.entries) else None
+def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
+    """A mapped spec's entry at the axis, read as the named path pops it: a
+    negative axis counts from the end of the stacked value (``rank``), and
+    a spec shorter than the axis reads None there."""
+    index = axis + rank if axis < 0 else axis
+    return spec.entries[index] if index < len(spec.entries) else None
 
 
 def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
@@ -299,7 +303,7 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
         return Call(flax, axis, partition, partition if ours else MISSING, extra=extra)
     if not ours:
         return Call(flax, axis)
-    entries = [_entry_at(f[k], axis) for f, _ in mapped
+    entries = [_entry_at(f[k], axis, rank) for f, rank in mapped
                for k in ('out_sharding', 'optimizer_sharding') if f[k] is not None]
     if not graph and any(e is not None for e in entries):
         return Call(flax, axis)  # an axis a Variable names: the decorator's
