@@ -3,6 +3,8 @@
 I1: after any lifted transform, every non-empty ``out_sharding`` has exactly
 one entry per array axis, inside the transform and out of it.
 I2: a created axis gets ``None`` by default, or the ``PARTITION_NAME`` given.
+I2c: a read-only pass of a default (or named) transform leaves every spec form
+as it was (value, type, tree structure).
 I3: passing stacked Variables through vmap/scan with equal in/out axes and no
 ``transform_metadata`` leaves their metadata exactly as it was.
 
@@ -162,3 +164,77 @@ def test_pass_through_keeps_metadata_exactly(
     if before:
         expected_inside = before[:axis] + before[axis + 1:]
         assert all(inside == expected_inside for inside, _ in seen)
+
+
+# I2c: a read-only pass of a default transform changes nothing, for every
+# spec form vanilla accepts, ref or not, any axis, any mode, any callable,
+# and a given name whose entry the spec has at the axis.
+SPEC_FORMS = ('full', 'short', 'one entry', '(None,)', 'empty', 'list', 'pspec',
+              'named sharding')
+
+
+def spec_of(form: str) -> Any:
+    import jax
+    return {
+        'full': ('a', None, 'b'), 'short': ('a',), 'one entry': ('b',),
+        '(None,)': (None,), 'empty': (), 'list': ['a', None],
+        'pspec': jax.P('a', None, unreduced={'b'}),
+        'named sharding': jax.NamedSharding(jax.make_mesh((1,), ('a',)), jax.P('a')),
+    }[form]
+
+
+@dataclasses.dataclass
+class Reader:  # an unhashable callable object
+    scale: float
+
+    def __call__(self, w: nnx.Param) -> Any:
+        return w[...].sum() * self.scale
+
+    def method(self, w: nnx.Param) -> Any:
+        return self(w)
+
+
+def callable_of(kind: str) -> Any:
+    import functools
+
+    def read(w: nnx.Param) -> Any:
+        return w[...].sum()
+
+    return {'function': read, 'object': Reader(1.0), 'method': Reader(1.0).method,
+            'partial': functools.partial(read)}[kind]
+
+
+@SETTINGS
+@given(st.sampled_from(SPEC_FORMS + ('none',)), st.booleans(), st.integers(-3, 2),
+       st.sampled_from(['vmap', 'scan']), st.sampled_from(sorted(MODES)),
+       st.sampled_from(['function', 'object', 'method', 'partial']), st.booleans())
+def test_read_only_pass_leaves_metadata(
+    form: str, ref: bool, axis: int, kind: str, mode: str, fn: str, named: bool
+) -> None:
+    import jax
+
+    metadata = {} if form == 'none' else {'out_sharding': spec_of(form)}
+    w = nnx.Param(jnp.ones((2, 3, 4)), eager_sharding=False, ref=ref, **metadata)
+    before = w.get_metadata()
+    structure = jax.tree.structure(w)
+    graph, graph_updates = MODES[mode]
+    axis = axis if kind == 'vmap' else 0
+    spec = metadata.get('out_sharding')
+    entries = [] if isinstance(spec, jax.NamedSharding) else list(
+        getattr(spec, 'partitions', spec or ()))
+    index = axis % 3
+    # a given name is the entry at the axis (vanilla's named path checks it)
+    extra = {'transform_metadata': {nnx.PARTITION_NAME: (
+        entries[index] if index < len(entries) else None)}} if named else {}
+    read = callable_of(fn)
+    if kind == 'vmap':
+        nnx.vmap(read, in_axes=axis, graph=graph, graph_updates=graph_updates,
+                 **extra)(w)
+    else:
+        def body(c: Any, w: nnx.Param) -> Any:
+            return c + read(w), None
+        nnx.scan(body, in_axes=(nnx.Carry, 0), graph=graph,
+                 graph_updates=graph_updates, **extra)(jnp.zeros(()), w)
+    assert w.get_metadata() == before
+    assert type(w.get_metadata().get('out_sharding')) is type(spec)
+    assert jax.tree.structure(w) == structure

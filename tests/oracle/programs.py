@@ -247,11 +247,14 @@ class Call:
         out = dict(fields)
         if self.name is MISSING:
             return out
-        if fields['out_sharding'] is not None:  # () too: a pop from nothing
-            out['out_sharding'] = self._remove(fields['out_sharding'], self.name, rank)
-        if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
-            out['optimizer_sharding'] = self._remove(fields['optimizer_sharding'],
-                                                     self.optimizer, rank)
+        # vanilla pops from () too; ours updates only non-empty specs
+        spec = fields['out_sharding']
+        if spec is not None and (self.flax == 'vanilla' or _truthy(spec)):
+            out['out_sharding'] = self._remove(spec, self.name, rank)
+        spec = fields['optimizer_sharding']  # ours: only where it has the name
+        if self.optimizer is not MISSING and _truthy(spec) \
+                and _entry_at(spec, self._index(rank), rank) == self.optimizer:
+            out['optimizer_sharding'] = self._remove(spec, self.optimizer, rank)
         if self._extra(fields[EXTRA_KEY]):
             out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
         return out
@@ -301,10 +304,10 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     graph = MODES[mode] == (True, True)
     if graph and partition != DEFAULT:
         return Call(flax, axis, partition, partition if ours else MISSING, extra=extra)
-    if not ours:
+    if not ours or partition != DEFAULT:  # tree mode leaves a given name to vanilla
         return Call(flax, axis)
     entries = [_entry_at(f[k], axis, rank) for f, rank in mapped
-               for k in ('out_sharding', 'optimizer_sharding') if f[k] is not None]
+               for k in ('out_sharding', 'optimizer_sharding') if _truthy(f[k])]
     if not graph and any(e is not None for e in entries):
         return Call(flax, axis)  # an axis a Variable names: the decorator's
     name = entries[0] if entries else spmd_axis_name

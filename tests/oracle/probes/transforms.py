@@ -130,16 +130,8 @@ def decorated_create(graph: bool) -> Any:
     return nnx.jit(create, graph=graph) if graph else jax.jit(create)
 
 
-# Documented consequence (compatibility.md, "A decorated function behind
-# another wrapper"): nnx.vmap does not see through jax.jit to the decorator,
-# so in tree mode it stacks its own None on top of the decorator's entry.
-def behind_jit_consequence(r: Report) -> list[str]:
-    want = [None, 'a', None, 'b']
-    return [f'{key}: {r[key]["entries"]}' for key in ('nnx_vmap',)
-            if r[key]['entries'] != want]
-
-
-@probe(fixed=behind_jit_consequence, same=('jax_vmap', 'keys'))
+# The decorator behind jax.jit (functools.wraps): the transform sees it.
+@probe()
 def decorator_under_jit_nnx_vmap_then_jax_vmap() -> Report:
     keys = jax.random.split(jax.random.key(0), 2)
     out: Report = {}
@@ -153,7 +145,7 @@ def decorator_under_jit_nnx_vmap_then_jax_vmap() -> Report:
     return out
 
 
-@probe(fixed=behind_jit_consequence, same=('jax_vmap',))
+@probe()
 def decorator_jax_vmap_then_nnx_vmap() -> Report:
     keys = jax.random.split(jax.random.key(0), 2)
     out: Report = {}
@@ -287,14 +279,6 @@ def copy_with_other_out_axes_explicit_none() -> Report:
             'sharding': sharding(copy.get_value())}
 
 
-# Documented consequence (compatibility.md, "Named transforms stack
-# optimizer_sharding"): a given name is removed from optimizer_sharding too,
-# so a stack whose optimizer_sharding lacks it fails where vanilla runs.
-def optimizer_sharding_consequence(r: Report) -> list[str]:
-    want = "ValueError: Expected to remove 'layers' at index 0"
-    return [] if r.get('raised', '').startswith(want) else [f'ran: {r}']
-
-
 def named_scan_over_optimizer_sharding(optimizer_sharding: Any) -> Report:
     seen: dict[str, Any] = {}
     with nnx.use_eager_sharding(False):
@@ -313,7 +297,8 @@ def named_scan_over_optimizer_sharding(optimizer_sharding: Any) -> Report:
             'y': digest(y)}
 
 
-@probe(fixed=optimizer_sharding_consequence)
+# A stack whose optimizer_sharding lacks the given name keeps it as written.
+@probe()
 def named_scan_over_an_unnamed_optimizer_sharding() -> Report:
     try:
         return named_scan_over_optimizer_sharding(('a', None, 'b'))
@@ -327,14 +312,8 @@ def named_scan_over_a_named_optimizer_sharding() -> Report:
     return named_scan_over_optimizer_sharding(('layers', None, 'b'))
 
 
-# Tree mode ignores transform_metadata, as vanilla does, and stacks None
-# into what it creates.
-def tree_named_problems(r: Report) -> list[str]:
-    found = r['created']['entries']
-    return [] if found == [None, 'a', 'b'] else [f'created {found}']
-
-
-@probe(fixed=tree_named_problems, same=('apply_kept_metadata', 'y'))
+# Tree mode ignores a given transform_metadata, as vanilla does.
+@probe()
 def tree_mode_named_create_and_apply() -> Report:
     with nnx.use_eager_sharding(False):
         @nnx.vmap(in_axes=0, out_axes=0, graph=False,
@@ -433,14 +412,8 @@ def nested_vmap_in_vmap() -> Report:
     return {'kernel': kernel(model), 'values': digest(model.kernel[...])}
 
 
-# Documented consequence (compatibility.md, "A one-entry spec mapped"): the
-# entry of a one-entry spec is removed inside and, as on vanilla's named
-# path, an empty spec gets no entry back.
-def length1_consequence(r: Report) -> list[str]:
-    return [] if r['after']['entries'] == [] else [f'after {r["after"]}']
-
-
-@probe(fixed=length1_consequence, same=('y',))
+# A one-entry spec mapped by a default transform keeps its entry.
+@probe()
 def length1_spec_through_a_default_vmap() -> Report:
     with jax.set_mesh(mesh()):
         p = nnx.Param(jnp.ones((4,)), out_sharding=('a',))
@@ -477,14 +450,8 @@ def spmd_axis_name_indivisible_explicit() -> Report:
     return {'sharding': sharding(w.get_value()), 'shape': list(w.shape)}
 
 
-# Documented consequence (compatibility.md, "A NamedSharding as metadata"):
-# the named path reads out_sharding as a spec, and a NamedSharding is none.
-def named_sharding_consequence(r: Report) -> list[str]:
-    want = "TypeError: 'jaxlib._jax.NamedSharding' object is not iterable"
-    return [] if r.get('raised') == want else [f'ran: {r}']
-
-
-@probe(fixed=named_sharding_consequence)
+# A NamedSharding as out_sharding is left alone.
+@probe()
 def spmd_axis_name_with_named_sharding_metadata() -> Report:
     named = jax.sharding.NamedSharding(mesh(), jax.P(None, 'b'))  # no context mesh
     try:
@@ -590,16 +557,16 @@ def ensemble_gradients_keep_the_name() -> Report:
 # The decorator through NNX's autodiff wrappers under a default nnx.vmap over
 # a stack it names: no `Expected to remove 'a' ...` from the default call.
 # Documented consequence (compatibility.md, "A decorated function behind
-# another wrapper"): behind nnx.grad or nnx.remat the decorator is hidden, so
-# the default nnx.vmap removes the name first and the decorator fails.
+# another wrapper"): nnx.grad's wrapper does not wrap with functools.wraps,
+# so the default nnx.vmap removes the name first and the decorator fails;
+# nnx.remat's does, and runs as on vanilla.
 def behind_grad_consequence(r: Report) -> list[str]:
     want = "ValueError: Expected to remove 'a' at index 0 from (None, 'b')"
-    return [f'{name}: {r[name]}' for name in ('grad', 'value_and_grad', 'remat',
-                                               'tree_grad')
+    return [f'{name}: {r[name]}' for name in ('grad', 'value_and_grad', 'tree_grad')
             if not str(r[name]).startswith(want)]
 
 
-@probe(fixed=behind_grad_consequence, same=('input', 'values'))
+@probe(fixed=behind_grad_consequence, same=('input', 'values', 'remat'))
 def decorator_through_grad_and_remat() -> Report:
     out: Report = {}
     with nnx.use_eager_sharding(False):
@@ -745,14 +712,6 @@ def decorator_alone_on_another_name() -> Report:
 
 
 # The decorator through functools.partial with a short spec.
-# Documented consequence (compatibility.md, "A decorated function behind
-# another wrapper"): functools.partial hides the decorator too, and the
-# transform stacks its own None on top of the decorator's entry.
-def behind_partial_consequence(r: Report) -> list[str]:
-    found = r['kernel']['out_sharding']['entries']
-    return [] if found == [None, 'a', 'b'] else [f'out_sharding {found}']
-
-
 def through_partial(decorate_partial: bool) -> Report:
     def create(key: jax.Array) -> nnx.Linear:
         return layer(nnx.Rngs(key), ('b',))
@@ -769,7 +728,7 @@ def through_partial(decorate_partial: bool) -> Report:
     return {'kernel': kernel(model)}
 
 
-@probe(fixed=behind_partial_consequence)
+@probe()
 def decorator_through_partial_short_spec() -> Report:
     return through_partial(decorate_partial=False)
 
@@ -1005,13 +964,6 @@ def decorator_given_to_a_default_vmap() -> Report:
     return decorator_and_default_vmap(outside=False)
 
 
-# Documented consequence (compatibility.md, "The named path"): a ref=True
-# Variable's output holds no value, so a negative axis cannot count from its
-# end and its entry comes back at index 0.
-def ref_negative_consequence(r: Report) -> list[str]:
-    return [] if r['after'] == [None, 'a'] else [f'after {r["after"]}']
-
-
 def ref_param_through_vmap(in_axes: int) -> Report:
     w = nnx.Param(jnp.ones((4, 3)), out_sharding=('a', None), eager_sharding=False,
                   ref=True)
@@ -1025,7 +977,8 @@ def ref_param_through_vmap(in_axes: int) -> Report:
     return {'after': spec(w.out_sharding)['entries'], 'y': digest(y)}
 
 
-@probe(fixed=ref_negative_consequence, same=('y',))
+# A ref=True Variable mapped at a negative axis keeps its metadata.
+@probe()
 def ref_param_through_a_negative_axis() -> Report:
     return ref_param_through_vmap(-1)
 
