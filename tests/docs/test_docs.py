@@ -18,7 +18,8 @@ page shows (its ```text blocks after "It prints ...:", in order; nothing
 where it shows nothing), ``...`` in a copy eliding what varies between a
 file run and a REPL, or a Python version and the next (``tests/docs/elide.py``:
 JAX 0.12.0.1 prints the source line of an ``IndivisibleError`` as
-``<file>:<line>:<column> (<module>)``, ``<stdin>:...`` in a REPL). The
+``<file>:<line>:<column> (<module>)``: ``<stdin>:14:8`` pasted into
+Python 3.12, ``<stdin>-25:14:8`` into 3.13). The
 page's blocks, joined into one file and run with ``python``, print the same.
 """
 

@@ -51,7 +51,7 @@ def as_this_machine_needs(block: str) -> str:
         pytest.skip('no python3.12 on PATH and no pyenv')
     # README: make the venv with "$(pyenv prefix 3.12)/bin/python" -m venv .venv;
     # uv venv's comment: with pyenv: --python "$(pyenv prefix 3.12)/bin/python"
-    assert f'with {PYENV_PYTHON} -m venv .venv' in ' '.join(README.split())
+    assert f'with `{PYENV_PYTHON} -m venv .venv`' in ' '.join(README.split())
     assert f'# with pyenv: --python {PYENV_PYTHON}' in block or 'uv venv' not in block
     block = block.replace('python3.12 -m venv', f'{PYENV_PYTHON} -m venv')
     return block.replace('--python python3.12', f'--python {PYENV_PYTHON}')
