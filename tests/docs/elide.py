@@ -23,7 +23,7 @@ def pattern(copy: str) -> re.Pattern[str]:
 
 def assert_matches(copy: str, output: str, what: str) -> None:
     """Fail with a diff unless ``output`` is ``copy`` with its elisions filled."""
-    if not output.endswith('\n'):
+    if output and not output.endswith('\n'):
         output += '\n'
     if pattern(copy).fullmatch(output):
         return

@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/*.md pastes and runs, page by page.
+"""Every ```python block of README.md and docs/*.md pastes and runs, page by page,
+and runs as one file.
 
 Blocks of one page are fed in order to one fresh standard REPL (``python
 -i``, reading its standard input as a reader's paste), so later blocks may
@@ -14,7 +15,12 @@ accelerator host). Blocks meant as illustration only use another fence
 language (```text, ```bash). The REPL echoes what it echoes for a reader
 (the value of an expression statement), and stdout must be exactly what the
 page shows (its ```text blocks after "It prints ...:", in order; nothing
-where it shows nothing).
+where it shows nothing), ``...`` in a copy eliding what varies between a
+file run and a REPL, or a Python version and the next (``tests/docs/elide.py``:
+JAX 0.12.0.1 prints the source line of an ``IndivisibleError`` as
+``<file>:<line>:<column> (<module>)``: ``<stdin>:14:8`` pasted into
+Python 3.12, ``<stdin>-25:14:8`` into 3.13). The
+page's blocks, joined into one file and run with ``python``, print the same.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from flaxpq.project import REPO_ROOT
+from tests.docs.elide import assert_matches
 
 FENCE = re.compile(r'^```python\n(.*?)^```$', re.MULTILINE | re.DOTALL)
 # A page's expected output: a ```text block right after "It prints ...:".
@@ -82,7 +89,21 @@ def test_python_blocks_paste_into_the_repl_and_run(page: Path, tmp_path: Path) -
     assert_pasted_cleanly(result)
     # The README's Quick start shows what it prints; a page that shows
     # nothing prints nothing, echoes included.
-    assert result.stdout == ''.join(PRINTS.findall(text))
+    assert_matches(''.join(PRINTS.findall(text)), result.stdout, f'{page.name} in a REPL')
+
+
+@pytest.mark.parametrize('page', PAGES_WITH_CODE, ids=lambda p: p.name)
+def test_python_blocks_run_as_a_file(page: Path, tmp_path: Path) -> None:
+    """The page's blocks as one script (``python page.py``): what a reader
+    who saves them gets, the same output as pasted."""
+    text = page.read_text()
+    script = tmp_path / 'page.py'
+    script.write_text('\n'.join(python_blocks(text)))
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
+    result = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_matches(''.join(PRINTS.findall(text)), result.stdout, f'{page.name} as a file')
 
 
 @pytest.mark.parametrize('code, error, runs_as_file', [

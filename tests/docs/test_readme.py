@@ -75,6 +75,9 @@ def test_the_opening_error_is_what_vanilla_prints_for_the_quick_start(
     assert result.returncode == 1, result.stdout
     assert_matches(opening_error, from_the_traceback(result.stderr),
                    'the Quick start on vanilla')
+    # It stops at nnx.Optimizer, as its comment and "Is my model affected?" say.
+    assert re.search(r'^    optimizer = nnx\.Optimizer\(model', result.stderr, re.MULTILINE), \
+        result.stderr
 
 
 @pytest.mark.slow

@@ -1,8 +1,12 @@
 """The pages' claims about vanilla flax 0.12.12, run on vanilla and on ours.
 
 - The README's "Is my model affected?" snippet, after the Quick start's
-  model: on ours it prints the page's rows (no ``MISMATCH``), on vanilla the
-  #5112 rows the page shows.
+  model and optimizer: on ours it prints the page's line (no ``MISMATCH``),
+  on vanilla (4 layers, where the Quick start's 3 stop at ``nnx.Optimizer``)
+  the #5112 rows and Adam's moments the page shows; the README's bad layout
+  (3 layers on ``'fsdp'``) raises ``IndivisibleError`` at ``nnx.Optimizer``
+  on vanilla, and on ours trains with the layer axis unsharded while
+  ``check_layout`` flags it.
 - The guide's stacked-gradient recipes (accumulate in the carry, zip values
   with ``nnx.as_pure``, ``optimizer.update``) run on vanilla as written, on
   vanilla with its documented workaround and on ours, with the same printed
@@ -60,28 +64,88 @@ def run(code: str, folder: Path, vanilla: Path | None) -> str:
 
 # README: "Is my model affected?" ----------------------------------------------
 
-def affected_program() -> str:
-    """The Quick start up to its nnx.Optimizer line (vanilla raises there),
-    then the snippet."""
-    quick_start = block_after(README, r'^## Quick start$', 'python')
-    model_part = quick_start[:quick_start.index('  optimizer = nnx.Optimizer')]
-    return model_part + '\n' + block_after(README, r'^## Is my model affected\?$', 'python')
+def quick_start() -> str:
+    return block_after(README, r'^## Quick start$', 'python')
 
 
-def test_the_affected_snippet_shows_no_mismatch_on_ours(tmp_path: Path) -> None:
+def check_layout_block() -> str:
+    return block_after(README, r'^## Is my model affected\?$', 'python')
+
+
+def built(program: str) -> str:
+    """The Quick start (or a variant) up to its first assert: model and optimizer built."""
+    return program[:program.index('  assert model.kernel')]
+
+
+def four_layers() -> str:
+    """The Quick start with 4 layers, which vanilla builds (README: ``splits=4``)."""
+    assert quick_start().count('splits=3') == 1
+    return quick_start().replace('splits=3', 'splits=4')
+
+
+def test_check_layout_shows_no_mismatch_on_ours(tmp_path: Path) -> None:
     copy = block_after(README, r'^It prints, with this package:$', 'text')
-    output = run(affected_program(), tmp_path, None)
-    assert 'MISMATCH' not in output
-    assert_matches(copy, output, 'the snippet on ours')
+    output = run(quick_start() + '\n' + check_layout_block(), tmp_path, None)
+    assert copy == 'arrays checked: 5, MISMATCH: 0\n'
+    assert_matches(copy, output.split('\n', 2)[2], 'check_layout on ours')
+    # With 4 layers, as vanilla is shown below: the same.
+    assert run(built(four_layers()) + check_layout_block(), tmp_path, None) == copy
 
 
-def test_the_affected_snippet_shows_the_5112_rows_on_vanilla(
+def test_check_layout_flags_the_5112_rows_and_adams_state_on_vanilla(
     vanilla_flax: Path, tmp_path: Path
 ) -> None:
-    copy = block_after(README, r'^On vanilla 0\.12\.12 it shows the #5112 rows:$', 'text')
-    assert "declared ('fsdp', 'tensor') actual (None, 'fsdp', 'tensor') MISMATCH" in copy
-    assert_matches(copy, run(affected_program(), tmp_path, vanilla_flax),
-                   'the snippet on vanilla')
+    """The Quick start on vanilla stops at nnx.Optimizer (test_readme.py); with
+    4 layers it builds, and check_layout flags the kernel and Adam's mu and nu."""
+    copy = block_after(README, r'^On vanilla 0\.12\.12 the Quick start stops at', 'text')
+    assert "opt_state.0.mu.kernel: like kernel (None, 'fsdp', 'tensor') actual " \
+        "('fsdp', 'tensor', None) MISMATCH" in copy
+    assert_matches(copy, run(built(four_layers()) + check_layout_block(), tmp_path,
+                             vanilla_flax), 'check_layout on vanilla')
+
+
+def test_the_guide_runs_the_readmes_check_layout() -> None:
+    """The guide's Debugging section says its check_layout is the README's."""
+    readme = check_layout_block().split('\n\ncheck_layout(')[0]
+    guide = [b for b in FENCE.findall(GUIDE) if 'def check_layout' in b]
+    assert len(guide) == 1 and readme in guide[0]
+
+
+def bad_layout() -> str:
+    """The README's bad layout: the Quick start's layers declared (None,
+    'tensor'), stacked on 'fsdp' (size 2), then one optimizer step."""
+    code = built(quick_start())
+    for old, new in (("('fsdp', 'tensor')))", "(None, 'tensor')))"),
+                     ('@nnx.vmap(in_axes=0, out_axes=0)', '@nnx.vmap(in_axes=0, out_axes=0, '
+                      "transform_metadata={nnx.PARTITION_NAME: 'fsdp'})")):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    return code + (
+        "  optimizer.update(model, jax.tree.map(lambda p: p * 0 + 1, "
+        "nnx.state(model, nnx.Param)))\n"
+        "  print('trained:', model.kernel.get_value().sharding.spec, optimizer.opt_state[0]"
+        ".mu.kernel.get_value().sharding.spec)\n\n")
+
+
+def test_the_bad_layout_builds_on_ours_and_check_layout_flags_it(
+    vanilla_flax: Path, tmp_path: Path
+) -> None:
+    """README: vanilla raises IndivisibleError at nnx.Optimizer; ours builds
+    and trains with the layer axis unsharded, and check_layout flags it."""
+    assert "vanilla raises `IndivisibleError` at `nnx.Optimizer`" in ' '.join(README.split())
+    flagged = re.search(r"give `(kernel: declared [^`]*MISMATCH)`", ' '.join(README.split()))
+    assert flagged, 'the README quotes the row check_layout prints for the bad layout'
+    output = run(bad_layout() + check_layout_block(), tmp_path, None)
+    assert output.splitlines() == [
+        "trained: P(None, None, 'tensor') P(None, None, 'tensor')",
+        flagged[1], 'arrays checked: 5, MISMATCH: 1']
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
+    script = tmp_path / 'bad.py'
+    script.write_text(bad_layout())
+    vanilla = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             env={**env, 'PYTHONPATH': str(vanilla_flax)}, timeout=600)
+    assert vanilla.returncode == 1 and 'IndivisibleError' in vanilla.stderr, vanilla.stderr
+    assert 'optimizer = nnx.Optimizer(model' in vanilla.stderr.split('IndivisibleError')[0]
 
 
 # The guide: stacked gradients --------------------------------------------------

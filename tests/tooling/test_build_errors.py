@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from flaxpq import QueueError, sdist
+from flaxpq import NEW_PYTHON_HOWTO, QueueError, sdist
 from flaxpq.project import REPO_ROOT, Project
 from tests.support.project_copy import copy_of_our_project
 from tests.tooling.builds import hook_output
@@ -176,3 +177,44 @@ def test_a_failed_download_shows_pips_lines_the_offline_recipe_and_the_rerun(
     assert advice.endswith("to see all of pip's output, run `python -m pip download --no-deps "
                            '--only-binary=:all: --no-binary=flax --disable-pip-version-check '
                            'flax==0.12.12`.')
+
+
+def venv_commands() -> list[tuple[str, bool]]:
+    """The commands the too-old-Python message gives for making a venv, each
+    with whether it is for a machine without pyenv (``python3.12 ...``, or
+    followed by "without pyenv")."""
+    found = re.findall(r'`([^`]+)`([^`]*)', NEW_PYTHON_HOWTO)
+    commands = [(c, c.startswith('python') or 'without pyenv' in after.split(';')[0])
+                for c, after in found if ' venv' in c]
+    assert len(commands) == 4, commands  # python3.12, pyenv's, uv with each
+    return commands
+
+
+def test_the_venv_advice_works_with_pyenv_and_no_python_downloads(tmp_path: Path) -> None:
+    """Each command of the too-old-Python message makes a 3.12 venv on a
+    machine like this one: pyenv with another global Python (``python3.12``
+    a failing shim) and uv not allowed to download a CPython. The commands
+    without pyenv run where ``python3.12`` on ``PATH`` is a real one."""
+    pyenv = shutil.which('pyenv')
+    found = subprocess.run([pyenv, 'prefix', '3.12'], capture_output=True,
+                           text=True) if pyenv else None
+    if found is None or found.returncode != 0:
+        pytest.skip('no pyenv with a Python 3.12 on this machine')
+    real = tmp_path / 'bin'
+    real.mkdir()
+    (real / 'python3.12').symlink_to(Path(found.stdout.strip()) / 'bin' / 'python3.12')
+    uv_dir = str(Path(sys.executable).parent)  # uv: requirements/test.txt
+    offline = {'UV_PYTHON_DOWNLOADS': 'never', 'UV_OFFLINE': '1', 'UV_NO_CONFIG': '1'}
+    for index, (command, without_pyenv) in enumerate(venv_commands()):
+        path = os.environ['PATH'] if not without_pyenv else os.pathsep.join(
+            [str(real), os.path.dirname(pyenv), '/usr/bin', '/bin'])
+        folder = tmp_path / f'try{index}'
+        folder.mkdir()
+        result = subprocess.run(
+            ['bash', '-c', command], cwd=folder, capture_output=True, text=True,
+            env={**os.environ, **offline, 'PATH': os.pathsep.join([uv_dir, path])})
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        version = subprocess.run(
+            [folder / '.venv' / 'bin' / 'python', '-c', 'import sys, pip; print(sys.version_info[:2])'],
+            capture_output=True, text=True)
+        assert version.stdout.strip() == '(3, 12)', (command, version)

@@ -1,0 +1,79 @@
+"""The README's "Get it" blocks, pasted into bash in a fresh clone of ``main``.
+
+Each block runs as written, in a clone whose ``main`` is this repository's
+HEAD (commit first), with this machine's pip and uv caches (the cold-cache
+installs are ``test_cold_install.py``'s). Where ``python3.12`` on ``PATH`` is
+not a Python 3.12 (a pyenv shim while another version is selected), the
+blocks take what the README says to write there with pyenv. uv may not
+download a CPython of its own (``UV_PYTHON_DOWNLOADS=never``): the README
+gives it the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flaxpq.project import REPO_ROOT, Project
+from tests.tooling.builds import installed_version, run_ok
+
+pytestmark = pytest.mark.slow
+
+README = (REPO_ROOT / 'README.md').read_text()
+PIN = Project().pin()
+PYENV_PYTHON = '"$(pyenv prefix 3.12)/bin/python"'
+
+
+def get_it_blocks() -> list[str]:
+    """The ```bash blocks of the README's "Get it" section."""
+    section = README[README.index('## Get it'):README.index('\n## ', README.index('## Get it'))]
+    return re.findall(r'^```bash\n(.*?)^```$', section, re.MULTILINE | re.DOTALL)
+
+
+def python312_works() -> bool:
+    found = shutil.which('python3.12')
+    return found is not None and subprocess.run(
+        [found, '-c', 'import sys; assert sys.version_info[:2] == (3, 12)'],
+        capture_output=True).returncode == 0
+
+
+def as_this_machine_needs(block: str) -> str:
+    """The block, with pyenv's interpreter where the README says so."""
+    if python312_works():
+        return block
+    if shutil.which('pyenv') is None:
+        pytest.skip('no python3.12 on PATH and no pyenv')
+    # README: make the venv with "$(pyenv prefix 3.12)/bin/python" -m venv .venv;
+    # uv venv's comment: with pyenv: --python "$(pyenv prefix 3.12)/bin/python"
+    assert f'with `{PYENV_PYTHON} -m venv .venv`' in ' '.join(README.split())
+    assert f'# with pyenv: --python {PYENV_PYTHON}' in block or 'uv venv' not in block
+    block = block.replace('python3.12 -m venv', f'{PYENV_PYTHON} -m venv')
+    return block.replace('--python python3.12', f'--python {PYENV_PYTHON}')
+
+
+def test_the_readme_has_a_pip_and_a_uv_block_from_a_clone() -> None:
+    pip, uv = get_it_blocks()
+    assert 'git+file://$PWD@main' in pip and 'git+file://$PWD@main' in uv
+    assert uv.startswith('uv venv --python ')
+
+
+@pytest.mark.parametrize('which', ['pip', 'uv'])
+def test_the_get_it_block_installs_this_flax(which: str, tmp_path: Path) -> None:
+    """One block in a fresh clone: a new venv, one wheel build, flax's
+    dependencies from the caches; then ``flax.__version__``."""
+    block = as_this_machine_needs(get_it_blocks()[['pip', 'uv'].index(which)])
+    clone = tmp_path / 'clone'
+    commit = run_ok('git', '-C', REPO_ROOT, 'rev-parse', 'HEAD').strip()
+    run_ok('git', 'clone', '--quiet', '--no-checkout', REPO_ROOT, clone)
+    run_ok('git', '-C', clone, 'checkout', '--quiet', '-B', 'main', commit)
+    uv_dir = str(Path(sys.executable).parent)  # uv: requirements/test.txt
+    env = {**os.environ, 'UV_PYTHON_DOWNLOADS': 'never',
+           'PATH': os.pathsep.join([os.environ['PATH'], uv_dir])}
+    run_ok('bash', '-euo', 'pipefail', '-c', block, env=env, cwd=clone)
+    assert installed_version(clone / '.venv' / 'bin' / 'python') == PIN.local_version
