@@ -156,7 +156,8 @@ ROWS += [
             (Leaf('w', (8, 8), Spec('pspec', (('a', 'b'), None)),
                   optimizer_spec=Spec('pspec', (('a', 'b'), None))),),
             (Stack('scan', 2, 0, DEFAULT, 'graph'),
-             Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='dec')), mesh='none',
+             Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='dec', placement='direct')),
+            mesh='none',
             apply=Apply('vmap', DEFAULT, mode, 'optimizer'))
     for mode in ('graph', 'tree')
 ]
@@ -187,7 +188,8 @@ ROWS += [
     Program('optimizer: adafactor over a decorator stack\'s short optimizer_sharding',
             (Leaf('w', (16,), Spec('pspec', ('b',)),
                   optimizer_spec=Spec('pspec', ('b',))),),
-            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a'),), mesh='explicit',
+            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a', placement='direct'),),
+            mesh='explicit',
             consumers=('partition_spec', 'eval_shape'), optimizer='adafactor'),
 ]
 
