@@ -57,7 +57,7 @@ COVER = {
 # axis gets its entry at index 0) is never reached here.
 REFS = 'vmap at axis 0, no remat placement, no cond, no grad, no adafactor, no spec read'
 # A focus makes sure the few examples CI runs reach each patched path.
-FOCUS = ('free', 'pmap', *WRAPS, 'free', *COVER)
+FOCUS = ('free', 'pmap', *WRAPS, 'free', 'free', 'free', *COVER)
 
 
 def spec_only_on_no_mesh(spec: Spec | None) -> bool:
