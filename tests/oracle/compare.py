@@ -20,17 +20,19 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from tests.oracle.programs import DEFAULT, EXTRA_KEY, Program, Spec, apply_axis_entry, \
-    expected_metadata, inside_metadata, longer_than_the_slice_inside, made_metadata, \
-    pass_runs, placing_field, resolve, stacked_rank, unlike_layers_inside, \
-    stacking_rule
+    build_error, expected_metadata, inside_metadata, longer_than_the_array, \
+    longer_than_the_slice_inside, \
+    made_metadata, pass_error, pass_runs, placing_field, resolve, stacked_rank, stale_leaves, \
+    unlike_layers_inside, stacking_rule
 from tests.oracle.reports import Report, VariableReport
 
 Divergence = tuple[str, str]  # (tag, message)
 # The errors vanilla 0.12.12 raises on the #5112 family: stale metadata, one
 # entry short (or shifted) after a lifted transform, reaching a sharding
 # consumer, or two Variables whose metadata differ only by that entry meeting
-# in one pytree op. Seen in the oracle's programs; ``Expected to remove`` is
-# decided by the model (``apply_axis_entry``), not here.
+# in one pytree op. Seen in the oracle's programs; ``Expected to remove`` and
+# vanilla's named path on a spec it cannot take are decided by the model
+# (``build_error``, ``pass_error``), not here.
 FAMILY = re.compile(
     r'^IndivisibleError: One of pjit (inputs|outputs) with pytree key path .* was given '
     r'the sharding'
@@ -47,6 +49,10 @@ FAMILY = re.compile(
 SPEC_IN_MESSAGE = re.compile(r"(P|PartitionSpec)?\([^()]*\)|\[[^\[\]]*\]")
 FOUND_IN_MESSAGE = re.compile(r"found [^ ,.]+")
 REMOVE_MESSAGE = re.compile(r" from .*, but found .*$")  # vanilla's 'Expected to remove'
+# JAX's error for a sharding spec longer than the array it shards (Auto
+# meshes and no mesh; Explicit meshes)
+RANK_ERROR = re.compile(r'is only valid for values of rank at least'
+                        r'|Length of sharding\.spec \(\d+\) must be equal to')
 STAGES = ('create', 'apply', 'partition_spec', 'named_sharding', 'abstract', 'eval_shape',
           'optimizer', 'train_step')
 
@@ -70,6 +76,10 @@ class Judged:
         self.ours_should_run = self.expect_o is None or pass_runs(program, 'ours', self.expect_o)
         self.vanilla_should_run = self.expect_v is None or apply_axis_entry(
             program, self.expect_v, 'vanilla')
+        # what vanilla's build and forward pass raise by the model (None: they run)
+        self.vanilla_build_error = build_error(program, 'vanilla') if generic else None
+        self.vanilla_pass_error = pass_error(program, 'vanilla', self.expect_v) \
+            if generic else None
 
     def intended(self, path: str, field: str = 'out_sharding') -> bool:
         if self.expect_v is None:
@@ -80,22 +90,32 @@ class Judged:
         return self.expect_v is not None and self.expect_v != self.expect_o
 
     def family(self) -> bool:
-        """Vanilla failed with the #5112 family (or the removal the model says ours passes)."""
-        message = self.vanilla.outcome
-        return bool(FAMILY.search(message)) or (
-            self.ours_should_run and 'Expected to remove' in message)
+        """Vanilla failed with the #5112 family, or where the model says
+        vanilla's call raises and ours' does not: its build (the named path on
+        a spec vanilla cannot take), or its forward pass where ours' runs (a
+        removal that finds another entry, or that named path)."""
+        v = self.vanilla
+        build = self.vanilla_build_error
+        passing = self.vanilla_pass_error
+        return bool(FAMILY.search(v.outcome)) or (
+            v.failed_stage == 'create' and build is not None and build in v.outcome) or (
+            self.ours_should_run and ('Expected to remove' in v.outcome or (
+                passing is not None and passing in v.outcome)))
 
     def stale_override(self) -> bool:
-        """A declared ``optimizer_sharding`` the model leaves shorter than its stacked array.
+        """A declared ``optimizer_sharding`` the model leaves shorter than its
+        stacked array, or an ``out_sharding`` a stacking call of ours left
+        without its entry (a tree-mode stack given a name, as on vanilla).
 
         Then the optimizer may fail on it on both flaxes alike.
         """
         if self.expect_o is None:
             return False
-        return any(leaf.optimizer_spec is not None and self.program.stacks
-                   and len(self.expect_o[leaf.name]['optimizer_sharding']['entries'])
-                   < stacked_rank(self.program, leaf)
-                   for leaf in self.program.leaves)
+        return bool(stale_leaves(self.program, 'ours')) or any(
+            leaf.optimizer_spec is not None and self.program.stacks
+            and len(self.expect_o[leaf.name]['optimizer_sharding']['entries'])
+            < stacked_rank(self.program, leaf)
+            for leaf in self.program.leaves)
 
     def outcome(self, report: Report) -> tuple[str, str, str]:
         """Exception type, stage and first message line.
@@ -130,6 +150,22 @@ class Judged:
         params, entry = report.after_apply, report.apply.made[path]
         return next((p for p, pe in params.items() if (path == p or path.endswith('/' + p))
                      and pe.shape == entry.shape), None)
+
+    def rank_error_modelled(self) -> bool:
+        """Ours failed with JAX's rank error where the model gives ours a spec
+        longer than what it shards: an optimizer built in a body that sees a
+        stacked spec longer than the slice (a call that leaves the entry of a
+        stack ours made, which vanilla made without it, or a tree-mode call
+        given a name), or a consumer of a spec longer than the array on ours
+        only (a decorator the transform cannot see)."""
+        o = self.ours
+        if self.expect_o is None or not RANK_ERROR.search(o.outcome):
+            return False
+        if o.failed_stage == 'apply':
+            return longer_than_the_slice_inside(self.program, 'ours', self.expect_o)
+        return o.failed_stage in STAGES[2:] \
+            and longer_than_the_array(self.program, self.expect_o) \
+            and not longer_than_the_array(self.program, self.expect_v)
 
     def made_in_both(self) -> bool:
         """Both bodies made Variables, at the same paths (else ``check_made_paths``)."""
@@ -166,7 +202,15 @@ class Judged:
             # state is as JAX makes it (single-device after an eager vmap of
             # a pmap's stack), on both flaxes alike: compared with vanilla's.
             return False
-        return self.mirrored(self.ours, path) is not None
+        param = self.mirrored(self.ours, path)
+        # On an Auto mesh the body's traced parameter has no sharding and the
+        # state follows the metadata it sees (I4): where the build left the
+        # parameter's spec without an entry (a tree-mode stack given a name),
+        # that is not the array's, and the state is compared with vanilla's.
+        if self.program.mesh == 'auto' and self.expect_o is not None \
+                and param in stale_leaves(self.program, 'ours'):
+            return False
+        return param is not None
 
     def made_expected(self, report: Report, flax: str) -> dict[str, Any]:
         """Per made path of ``report``: the metadata ``flax``'s rule gives what the
@@ -237,6 +281,18 @@ def check_vanilla_runs_as_modelled(c: Judged) -> list[Divergence]:
 
 # Outcomes ------------------------------------------------------------------------
 
+def check_read_only_pass_changes_nothing(c: Judged) -> list[Divergence]:
+    """The forward pass's body only reads the stack (I2c): on ours, every
+    Variable keeps exactly its type, metadata (each value and its type) and
+    pytree structure; ``intended`` where vanilla's pass changed them."""
+    o, v = c.ours.apply, c.vanilla.apply
+    if o is None or o.kept is not False:
+        return []
+    tag = 'compat' if v is not None and v.kept else 'intended'
+    return [(tag, "ours' read-only forward pass changed the stack's metadata "
+                  f'(vanilla: {"kept" if tag == "compat" else "changed or failed"})')]
+
+
 def check_mismatched_name_fails_on_ours(c: Judged) -> list[Divergence]:
     """A given PARTITION_NAME that is not the stack's entry at the axis raises
     vanilla's graph-mode error on ours in every mode, before anything changes."""
@@ -261,33 +317,38 @@ def check_ours_runs_where_vanilla_runs(c: Judged) -> list[Divergence]:
     """Where vanilla runs (and the model's removal succeeds), ours runs (I0);
     but for a pytree op between the layer and an unmapped copy whose metadata
     the model says differ inside (the stacked entry of one of its keys),
-    which fails on ours as on vanilla in graph mode, and
-    for an optimizer built in a body that sees a stacked spec, longer than
-    the slice (a call that leaves the entry of a stack ours made, which
-    vanilla made without it), which fails with JAX's rank error."""
+    which fails on ours as on vanilla in graph mode, and for JAX's rank
+    error where the model gives ours a spec longer than what it shards
+    (``Judged.rank_error_modelled``)."""
     o = c.ours
     if not c.vanilla.ok or not c.removes or o.ok:
         return []
     if (not c.ours_should_run and o.failed_stage == 'apply'
             and 'different pytree metadata' in o.outcome):
         return []
-    if (o.failed_stage == 'apply' and 'is only valid for values of rank at least' in o.outcome
-            and longer_than_the_slice_inside(c.program, 'ours', c.expect_o)):
+    if c.rank_error_modelled():
         return []
     return [('compat', f'ours failed at {o.failed_stage} where vanilla ran: {o.outcome}')]
 
 
 def check_ours_runs_where_vanilla_has_the_bug(c: Judged) -> list[Divergence]:
     """Where vanilla fails with the #5112 family and the model says ours' pass
-    runs, ours runs; but for a stale declared optimizer_sharding, which may
-    fail ours as it fails vanilla (the same exception at the same stage; the
-    message may name another state leaf, as vanilla fails first on a
-    placeholder of adafactor's that ours places like the parameter)."""
+    runs, ours runs; but for a stale declared optimizer_sharding or a stack
+    left per-layer (a tree-mode stack given a name), which may fail ours as
+    it fails vanilla (the same exception, at vanilla's stage or a later one
+    that vanilla did not reach; the message may name another state leaf, as
+    vanilla fails first on a placeholder of adafactor's that ours places like
+    the parameter), and
+    for JAX's rank error where the model gives ours a spec longer than what
+    it shards (``Judged.rank_error_modelled``)."""
     v, o = c.vanilla, c.ours
     if v.ok or not (c.family() and c.ours_should_run) or o.ok:
         return []
-    if c.stale_override() and c.outcome(o)[:2] == c.outcome(v)[:2]:
-        return []  # a named stack leaves optimizer_sharding per-layer, on both
+    if c.stale_override() and o.error_type == v.error_type \
+            and STAGES.index(o.failed_stage) >= STAGES.index(v.failed_stage):
+        return []  # a stack left a per-layer spec, on both
+    if c.rank_error_modelled():
+        return []
     return [('intended', f'vanilla failed at {v.failed_stage} ({v.outcome}); '
                          f'ours must run but failed at {o.failed_stage}: {o.outcome}')]
 
@@ -305,6 +366,11 @@ def check_ours_fails_where_vanilla_fails(c: Judged) -> list[Divergence]:
     # a given PARTITION_NAME that is not the stack's entry raises on ours
     # first, in every mode (vanilla's graph-mode error)
     if not c.removes and o.failed_stage == 'apply' and 'Expected to remove' in o.outcome:
+        return []
+    # JAX's rank error where the model gives ours a longer spec, at a stage
+    # before vanilla's failure (check_ours_runs_where_vanilla_runs)
+    if c.rank_error_modelled() and \
+            STAGES.index(o.failed_stage) < STAGES.index(v.failed_stage):
         return []
     return [('compat', f'vanilla failed at {v.failed_stage} with {v.outcome}; '
                        f'ours at {o.failed_stage} with {o.outcome}')]
@@ -604,6 +670,7 @@ def check_no_extra_retrace(c: Judged) -> list[Divergence]:
 CHECKS: tuple[Check, ...] = (
     check_vanilla_metadata_is_modelled,
     check_vanilla_runs_as_modelled,
+    check_read_only_pass_changes_nothing,
     check_mismatched_name_fails_on_ours,
     check_ours_runs_where_vanilla_runs,
     check_ours_runs_where_vanilla_has_the_bug,
@@ -687,8 +754,8 @@ def is_fixed(program: Program, vanilla: Report) -> bool:
     """Vanilla fails with the #5112 family where ours must run (a fixed program)."""
     if vanilla.ok:
         return False
-    return Judged(program, vanilla, vanilla).ours_should_run and (
-        bool(FAMILY.search(vanilla.outcome)) or 'Expected to remove' in vanilla.outcome)
+    judged = Judged(program, vanilla, vanilla)
+    return judged.ours_should_run and judged.family()
 
 
 def _entries(spec: dict[str, Any] | None) -> Any:

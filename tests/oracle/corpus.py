@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.oracle.programs import DEFAULT, Apply, Leaf, Program, Spec, Stack
+from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, VISIBLE, Apply, Leaf, Program, \
+    Spec, Stack
 from tests.support.checks import VANILLA_BUG_CASES
 
 ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
@@ -156,7 +157,8 @@ ROWS += [
             (Leaf('w', (8, 8), Spec('pspec', (('a', 'b'), None)),
                   optimizer_spec=Spec('pspec', (('a', 'b'), None))),),
             (Stack('scan', 2, 0, DEFAULT, 'graph'),
-             Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='dec')), mesh='none',
+             Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='dec', placement='direct')),
+            mesh='none',
             apply=Apply('vmap', DEFAULT, mode, 'optimizer'))
     for mode in ('graph', 'tree')
 ]
@@ -187,7 +189,8 @@ ROWS += [
     Program('optimizer: adafactor over a decorator stack\'s short optimizer_sharding',
             (Leaf('w', (16,), Spec('pspec', ('b',)),
                   optimizer_spec=Spec('pspec', ('b',))),),
-            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a'),), mesh='explicit',
+            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a', placement='direct'),),
+            mesh='explicit',
             consumers=('partition_spec', 'eval_shape'), optimizer='adafactor'),
 ]
 
@@ -231,6 +234,120 @@ ROWS += [
             consumers=('partition_spec', 'eval_shape', 'train_step'), optimizer='sgd'),
 ]
 
+# Series 12 (issue 47, "Tests that would have found these"; the random
+# programs draw these too). A read-only pass over each spec form vanilla
+# accepts changes nothing; jax.P with unreduced or reduced axes and a
+# NamedSharding go mesh-less (eager sharding fails on both flaxes on a mesh).
+FORMS_12 = {
+    'one entry': Spec('tuple', ('a',)), '(None,)': Spec('tuple', (None,)),
+    'list': Spec('list', ('a', None)),
+    'unreduced': Spec('pspec', ('a', None), unreduced=('b',)),
+    'reduced': Spec('pspec', (None, 'a'), reduced=('b',)),
+    'NamedSharding': Spec('named', ('a',)),
+}
+ROWS += [
+    Program(f'read-only pass: {name} spec, {kind} {mode}', (Leaf('w', W, spec),), (vmap(),),
+            mesh='none', apply=Apply(kind, DEFAULT, mode), consumers=('eval_shape',),
+            optimizer='adam')
+    for name, spec in FORMS_12.items()
+    for kind, mode in (('vmap', 'graph'), ('vmap', 'tree'), ('scan', 'graph'))
+] + [  # vanilla's named path iterates the spec: it raises on these (WORKAROUND_GAPS)
+    Program(f'named stack and pass: {name} spec', (Leaf('w', W, FORMS_12[name]),),
+            (vmap('l'),), mesh='none', apply=Apply('vmap', 'l'), consumers=('eval_shape',))
+    for name in ('unreduced', 'NamedSharding')
+] + [  # get_partition_spec raises on both (the random programs read no such spec)
+    Program(f'get_partition_spec of {name} specs', (Leaf('w', W, FORMS_12[name]),),
+            (vmap(),), mesh='none', consumers=('partition_spec',))
+    for name in ('unreduced', 'NamedSharding')
+] + [
+    Program('get_partition_spec of ref=True Variables', (leaf('tuple', 'a', None, ref=True),),
+            (vmap(),), consumers=('partition_spec',)),
+]
+
+# ref=True Variables: created by a vmap (the one stack JAX builds of them),
+# passed read-only and copied.
+ROWS += [
+    Program(f'ref=True: {stack} stack, {apply} {mode} pass', (leaf('tuple', 'a', None, ref=True),),
+            (vmap(stack),), mesh='none', apply=Apply('vmap', apply, mode, 'clone'),
+            consumers=('eval_shape',), optimizer='adam')
+    for stack, apply in ((DEFAULT, DEFAULT), ('l', 'l'), ('l', DEFAULT))
+    for mode in ('graph', 'tree')
+]
+
+# The forward pass's body as any callable.
+ROWS += [
+    Program(f'body as {body}: default {kind} pass over a named stack',
+            (leaf('tuple', None, 'b'),), (vmap('a'),),
+            apply=Apply(kind, DEFAULT, 'graph', 'none', callable=body))
+    for body in CALLABLES[1:]
+    for kind in ('vmap', 'scan')
+]
+
+# nnx.transform_metadata where the transform sees it (the result is
+# vanilla's) and where it cannot (ours stacks its None on top of the
+# decorator's entry: (None, 'a', 'b') where vanilla gives ('a', 'b'), and a
+# pass given the decorator's name raises), docs/compatibility.md. Over a
+# full per-layer spec the hidden decorator's stack is one entry longer than
+# the array, so eval_shape raises JAX's rank error on ours.
+ROWS += [
+    Program(f'decorator {placement}, partition {name}: create, {apply} pass',
+            (leaf('tuple', 'b'),),
+            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator=name, placement=placement),),
+            apply=Apply('vmap', apply), consumers=('partition_spec', 'named_sharding'))
+    for placement in VISIBLE + HIDDEN
+    for name, apply in (('a', DEFAULT), ('a', 'a'), (None, DEFAULT))
+] + [
+    Program(f'decorator {placement} over a full spec: eval_shape', (leaf('tuple', None, 'b'),),
+            (Stack('vmap', 2, 0, DEFAULT, 'graph', decorator='a', placement=placement),),
+            consumers=('eval_shape', 'abstract'))
+    for placement in ('direct', 'inside')
+]
+
+# Found by the oracle's random programs (series 12 generator):
+# - a decorator hidden in the body over full specs: ours' stack is one entry
+#   longer than the array and eval_shape raises JAX's rank error, also for a
+#   declared optimizer_sharding, at nnx.Optimizer;
+# - a tree-mode pass given a name leaves the stacked optimizer_sharding an
+#   optimizer built in the body sees (longer than the slice: JAX's rank
+#   error), where vanilla fails on its per-layer spec;
+# - a tree-mode stack given a name (ignored, as on vanilla) leaves the spec
+#   without its entry: optimizer state built in a default body follows that
+#   metadata on an Auto mesh, as on vanilla, and nnx.Optimizer may fail on
+#   it as vanilla's pass does.
+ROWS += [
+    Program('hidden decorator over full specs: eval_shape',
+            (Leaf('w0', (16,), Spec('tuple', (None,)), optimizer_spec=Spec('tuple', (None,))),
+             Leaf('w1', (16,), Spec('tuple', ('b',)), optimizer_spec=Spec('tuple', ('b',)))),
+            (Stack('vmap', 4, 0, DEFAULT, 'graph-no-updates', placement='inside'),),
+            apply=Apply('vmap', DEFAULT, 'graph-no-updates', 'cond'),
+            consumers=('eval_shape', 'named_sharding')),
+    Program('hidden decorators over a declared optimizer_sharding: nnx.Optimizer',
+            (Leaf('w0', (8,), Spec('tuple', (None,)), optimizer_spec=Spec('tuple', (None,))),),
+            (Stack('vmap', 1, 0, DEFAULT, 'graph', placement='lambda'),
+             Stack('vmap', 1, 0, DEFAULT, 'graph', placement='remat')), optimizer='adam'),
+    Program('tree-mode pass given a name: optimizer in the body over a stacked spec',
+            (Leaf('w0', (8,), Spec('pspec', (('a', 'b'),)),
+                  optimizer_spec=Spec('pspec', (('a', 'b'),))),),
+            (Stack('vmap', 2, 0, DEFAULT, 'graph-no-updates', placement='partial'),
+             Stack('vmap', 1, 0, DEFAULT, 'graph', placement='direct')), mesh='explicit',
+            apply=Apply('vmap', None, 'graph-no-updates', 'optimizer', callable='method'),
+            consumers=('eval_shape', 'abstract', 'train_step'), optimizer='adam'),
+    Program('tree-mode pass given a name: optimizer in the body, Auto mesh',
+            (leaf('tuple', None, None),),
+            (Stack('vmap', 1, 0, None, 'graph'), vmap()),
+            apply=Apply('vmap', 'layers', 'graph-no-updates', 'optimizer')),
+] + [
+    Program(f'tree-mode stack given a name: optimizer in a default body, {where}',
+            (Leaf('w0', (8, 8), Spec('tuple', spec), optimizer_spec=optimizer),),
+            (Stack('vmap', 1, 0, None, 'graph-no-updates'), vmap(size=1)),
+            apply=Apply('vmap', apply, 'graph-no-updates', 'optimizer'),
+            optimizer='adam' if optimizer else None)
+    for where, spec, optimizer, apply in (
+        ('its metadata places the state', (None, 'a'), None, DEFAULT),
+        ('nnx.Optimizer fails as vanilla\'s pass', ('a', None),
+         Spec('tuple', ('a', None)), 'layers'))
+]
+
 # Where the workaround (PARTITION_NAME None on every transform) cannot give the
 # fixed row's program on vanilla: the row, and why.
 WORKAROUND_GAPS: dict[str, str] = {
@@ -242,6 +359,11 @@ WORKAROUND_GAPS: dict[str, str] = {
     "optimizer: adafactor over a decorator stack's short optimizer_sharding":
         "vanilla's nnx.Optimizer gives every adafactor state leaf the parameter's"
         ' spec, also its (1,) placeholders, whatever the stack says',
+} | {
+    f'named stack and pass: {name} spec':
+        "vanilla's named path iterates out_sharding: it raises on this spec, with"
+        ' the workaround too'
+    for name in ('unreduced', 'NamedSharding')
 }
 
 SCENARIOS = [

@@ -7,23 +7,27 @@ The model is one function, ``stacking_rule``: what one ``nnx.vmap`` /
 ``nnx.scan`` / ``nnx.pmap`` call does to sharding metadata on either flax,
 given its mode, its ``PARTITION_NAME`` (or none), its axis and the metadata of
 the Variables it maps. It returns a ``Call``, whose ``inside`` is a mapped
-Variable as the body sees it (raising ``RemoveError`` where vanilla's
-``Expected to remove`` or pop error would be raised) and whose ``outside`` is
-a Variable on the way out (a mapped input, or one the body made or returned).
+Variable as the body sees it and whose ``outside`` is a Variable on the way
+out (a mapped input, or one the body made or returned); both raise
+``CallError`` where the call raises (vanilla's ``Expected to remove`` or pop
+error, or vanilla's named path iterating a spec it cannot take).
 Every expectation goes through it: ``expected_metadata`` (the build: each
 stack's call, innermost first, maps no Variable and stacks what its body
 made), ``inside_metadata`` (what the forward pass's body sees),
 ``made_metadata`` (copies, gradients, optimizer state made in that body) and
-``apply_axis_entry`` (whether the pass's removal succeeds).
+``apply_axis_entry`` (whether the pass's removal succeeds), ``build_error``
+and ``pass_error`` (what a call raises by the rule).
 
-The rule (series 11), two sentences per mode:
+The rule (series 12), two sentences per mode:
 - vanilla applies only a given ``PARTITION_NAME``, only in graph mode with
   graph updates, to ``out_sharding`` and tuple-valued keys named in
   ``transform_metadata``, at the raw (possibly negative) index, padding with
-  None for a positive one, and always returns a tuple; a body that is an
-  ``nnx.transform_metadata`` function applies its own partition at axis 0;
+  None for a positive one, and always returns a tuple; it iterates
+  ``out_sharding``, so a ``NamedSharding`` or a ``jax.P`` with ``unreduced``
+  or ``reduced`` axes raises there; an ``nnx.transform_metadata`` function
+  in the body, wherever it sits, applies its own partition at axis 0;
 - ours, in graph mode with graph updates, given no name, infers one per
-  call: the entry the ``out_sharding`` and ``optimizer_sharding`` specs of
+  call: the entry the non-empty ``out_sharding`` and ``optimizer_sharding`` specs of
   its mapped Variables share at the axis, read as the named path pops it
   (a negative axis from the end of the stacked value; None past the spec's
   end), else the ``spmd_axis_name`` (None); where they
@@ -34,9 +38,15 @@ The rule (series 11), two sentences per mode:
 - ours' named path (a given or inferred name, or a decorator's) stacks
   ``optimizer_sharding`` with the name too, counts a negative axis from the
   end of the stacked value, reads a spec shorter than the axis as None
-  there, keeps tuple / list / PartitionSpec, and accepts all three for keys
-  named in ``transform_metadata``; a body that is an
-  ``nnx.transform_metadata`` function is left to its decorator.
+  there, keeps tuple / list / PartitionSpec (its ``unreduced`` and
+  ``reduced`` axes too), and accepts all three for keys named in
+  ``transform_metadata``; only non-empty specs vote and are updated (a
+  ``NamedSharding`` names nothing and is left alone); a body that is an
+  ``nnx.transform_metadata`` function, given directly or behind
+  ``nnx.remat`` or ``functools.partial``, is left to its decorator, while
+  one behind a lambda or called inside the body is not seen: the call
+  stacks its own entry on top of the decorator's (docs/compatibility.md,
+  "A decorated function the transform cannot see").
 An ``out_sharding`` of None or ``()`` is never inserted into.
 """
 
@@ -50,6 +60,12 @@ DEFAULT = 'default'  # a Stack/Apply partition: no transform_metadata at all
 MODES = {'graph': (True, True), 'graph-no-updates': (True, False), 'tree': (False, False)}
 EXTRA_KEY = 'extra_sharding'  # a sharding-like key named in transform_metadata
 EXTRA_VALUE = 'x'
+# Where a Stack's nnx.transform_metadata function sits: given to the
+# transform (directly, behind nnx.remat, behind functools.partial: the
+# transform sees it), or hidden (behind a lambda, called inside the body).
+VISIBLE = ('direct', 'remat', 'partial')
+HIDDEN = ('lambda', 'inside')
+CALLABLES = ('function', 'object', 'partial', 'method')  # an Apply's body
 RULES = (('embed', 'a'), ('mlp', 'b'))  # logical name -> mesh axis
 Entry = None | str | tuple[str, ...]
 
@@ -57,20 +73,29 @@ Entry = None | str | tuple[str, ...]
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """A sharding-like metadata value; as JSON ``{'form', 'entries'}`` everywhere
-    (programs, the runner's reports, the model's expectations)."""
-    form: str  # 'tuple' | 'list' | 'pspec' (a report may name another type)
-    entries: tuple[Entry, ...]
+    (programs, the runner's reports, the model's expectations), with
+    ``unreduced`` / ``reduced`` where a ``jax.P`` has them."""
+    form: str  # 'tuple' | 'list' | 'pspec' | 'named' (a report may name another type)
+    entries: tuple[Entry, ...]  # 'named': its NamedSharding's spec
+    unreduced: tuple[str, ...] = ()  # 'pspec' only
+    reduced: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {'form': self.form, 'entries': [list(e) if isinstance(e, tuple) else e
-                                               for e in self.entries]}
+        out: dict[str, Any] = {'form': self.form, 'entries': [
+            list(e) if isinstance(e, tuple) else e for e in self.entries]}
+        if self.unreduced:
+            out['unreduced'] = sorted(self.unreduced)
+        if self.reduced:
+            out['reduced'] = sorted(self.reduced)
+        return out
 
     @staticmethod
     def from_json(spec: dict[str, Any] | None) -> Spec | None:
         if spec is None:
             return None
         return Spec(spec['form'], tuple(tuple(e) if isinstance(e, list) else e
-                                        for e in spec['entries']))
+                                        for e in spec['entries']),
+                    tuple(spec.get('unreduced', ())), tuple(spec.get('reduced', ())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +107,7 @@ class Leaf:
     optimizer_spec: Spec | None = None
     extra_spec: Spec | None = None  # under EXTRA_KEY
     local_rules: bool = False  # sharding_rules=RULES on the Variable
+    ref: bool = False  # nnx.Param(..., ref=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +118,14 @@ class Stack:
     partition: str | None  # DEFAULT, None or a name
     mode: str = 'graph'
     extra: bool = False  # also name EXTRA_KEY in transform_metadata
-    decorator: str | None = None  # nnx.transform_metadata(partition=...) on the body
+    # nnx.transform_metadata(partition=decorator) on the body, placed as
+    # VISIBLE or HIDDEN says (None: no decorator)
+    decorator: str | None = None
+    placement: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.decorator is not None and self.placement is None:
+            raise ValueError('a decorator needs its placement (VISIBLE, HIDDEN)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +140,7 @@ class Apply:
     wrap: str = 'none'
     state_axes: bool = False
     shard_map: bool = False  # run it inside jax.shard_map (replicated inputs)
+    callable: str = 'function'  # the body as one of CALLABLES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +175,15 @@ class Program:
         if any(MODES[m] != (True, True) for m in modes):
             return ('vanilla ignores transform_metadata in tree mode and without graph '
                     'updates: the workaround cannot be written there')
+        # a decorator the transform sees names its axis alone; one it cannot
+        # see is stacked on by the transform, as with the workaround
         stacks = tuple(dataclasses.replace(s, partition=None) if s.partition == DEFAULT
-                       and s.decorator is None else s for s in self.stacks)
+                       and s.placement not in VISIBLE else s for s in self.stacks)
         apply = self.apply
         if apply is not None and apply.partition == DEFAULT:
             outer = stacks[0].partition if stacks else None
-            name = stacks[0].decorator if stacks and stacks[0].decorator else outer
+            name = stacks[0].decorator if stacks and stacks[0].placement in VISIBLE \
+                else outer
             apply = dataclasses.replace(apply, partition=None if name == DEFAULT else name)
         return dataclasses.replace(self, name=f'{self.name} (vanilla workaround)',
                                    stacks=stacks, apply=apply)
@@ -156,7 +193,8 @@ def program_from_json(text: str) -> Program:
     d = json.loads(text)
     spec = Spec.from_json
     leaves = tuple(Leaf(l['name'], tuple(l['shape']), spec(l['spec']), l['key'],
-                        spec(l['optimizer_spec']), spec(l['extra_spec']), l['local_rules'])
+                        spec(l['optimizer_spec']), spec(l['extra_spec']), l['local_rules'],
+                        l.get('ref', False))
                    for l in d['leaves'])
     return Program(
         name=d['name'], leaves=leaves, stacks=tuple(Stack(**s) for s in d['stacks']),
@@ -179,12 +217,26 @@ FIELDS = ('out_sharding', 'optimizer_sharding', EXTRA_KEY)
 Fields = dict[str, 'Spec | None']  # one Variable's sharding-like fields
 
 
-class RemoveError(Exception):
-    """The call's removal at the stacked axis fails (vanilla's error, on either flax)."""
+class CallError(Exception):
+    """The call raises: its removal finds another entry at the stacked axis
+    (vanilla's error, on either flax), or vanilla's named path iterates a
+    spec it cannot take."""
+
+
+# Vanilla's named path iterates out_sharding (``list(spec)``), which raises
+# on a NamedSharding and on a jax.P with unreduced or reduced axes.
+NAMED_ERROR = "NamedSharding' object is not iterable"  # a TypeError
+PSPEC_ERROR = 'ValueError: Using *pspec is dangerous'
 
 
 def _truthy(spec: Spec | None) -> bool:
     return spec is not None and bool(spec.entries)
+
+
+def _updated(spec: Spec | None) -> bool:
+    """A spec ours' named path updates and its inference reads: non-empty,
+    not a NamedSharding (which names nothing)."""
+    return _truthy(spec) and spec.form != 'named'
 
 
 def _insert(spec: Spec, index: int, value: Entry, form: str) -> Spec:
@@ -194,7 +246,7 @@ def _insert(spec: Spec, index: int, value: Entry, form: str) -> Spec:
     while len(entries) < index:
         entries.append(None)
     entries.insert(index, value)
-    return Spec(form, tuple(entries))
+    return dataclasses.replace(spec, form=form, entries=tuple(entries))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,13 +256,15 @@ class Call:
     ``name`` is the ``PARTITION_NAME`` the call applies (``MISSING``: it
     leaves all metadata alone); ``optimizer`` the entry it stacks into
     ``optimizer_sharding`` (``MISSING``: not touched); ``axis`` the raw
-    in/out axis.
+    in/out axis; ``inner`` the call of an ``nnx.transform_metadata``
+    function in its body (it runs inside: removes after, stacks before).
     """
     flax: str
     axis: int
     name: Any = MISSING
     optimizer: Any = MISSING
     extra: bool = False  # EXTRA_KEY named in transform_metadata
+    inner: Call | None = None
 
     def _index(self, rank: int) -> int:
         """The axis vanilla pops and inserts at; ours counts a negative one
@@ -219,21 +273,37 @@ class Call:
             return self.axis
         return self.axis + rank + 1
 
+    def _touches(self, spec: Spec | None, removing: bool) -> bool:
+        """Whether the named path updates out_sharding ``spec``: ours only a
+        non-empty one; vanilla any on the way in, any truthy on the way out."""
+        if self.flax == 'ours':
+            return _updated(spec)
+        return spec is not None and (removing or spec.form == 'named' or bool(spec.entries))
+
+    def _check(self, spec: Spec) -> None:
+        if self.flax == 'vanilla' and spec.form == 'named':
+            raise CallError(NAMED_ERROR)
+        if self.flax == 'vanilla' and (spec.unreduced or spec.reduced):
+            raise CallError(PSPEC_ERROR)
+
     def _remove(self, spec: Spec, value: Entry, rank: int) -> Spec:
+        self._check(spec)
         entries = list(spec.entries)
         index = self._index(rank)
         if -len(entries) <= index < len(entries):
             removed = entries.pop(index)
         elif self.flax == 'vanilla':
-            raise RemoveError('IndexError: pop index out of range')
+            raise CallError('IndexError: pop index out of range')
         else:
             removed = None  # ours: a spec shorter than the axis reads None
         if removed != value:
-            raise RemoveError(f'Expected to remove {value!r} at index {index} from '
-                              f'{spec.entries!r}, but found {removed!r}.')
-        return Spec('tuple' if self.flax == 'vanilla' else spec.form, tuple(entries))
+            raise CallError(f'Expected to remove {value!r} at index {index} from '
+                            f'{spec.entries!r}, but found {removed!r}.')
+        form = 'tuple' if self.flax == 'vanilla' else spec.form
+        return dataclasses.replace(spec, form=form, entries=tuple(entries))
 
     def _insert(self, spec: Spec, value: Entry, rank: int) -> Spec:
+        self._check(spec)
         form = 'tuple' if self.flax == 'vanilla' else spec.form
         return _insert(spec, self._index(rank), value, form)
 
@@ -243,31 +313,33 @@ class Call:
 
     def inside(self, fields: Fields, rank: int) -> Fields:
         """A mapped Variable's fields as the body sees them (raises
-        ``RemoveError``); ``rank`` is its per-slice value's."""
+        ``CallError``); ``rank`` is its per-slice value's."""
         out = dict(fields)
-        if self.name is MISSING:
-            return out
-        # vanilla pops from () too; ours updates only non-empty specs
-        spec = fields['out_sharding']
-        if spec is not None and (self.flax == 'vanilla' or _truthy(spec)):
-            out['out_sharding'] = self._remove(spec, self.name, rank)
-        spec = fields['optimizer_sharding']  # ours: only where it has the name
-        if self.optimizer is not MISSING and _truthy(spec) \
-                and _entry_at(spec, self._index(rank), rank) == self.optimizer:
-            out['optimizer_sharding'] = self._remove(spec, self.optimizer, rank)
-        if self._extra(fields[EXTRA_KEY]):
-            out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
-        return out
+        if self.name is not MISSING:
+            # vanilla pops from () too; ours updates only non-empty specs
+            spec = fields['out_sharding']
+            if self._touches(spec, removing=True):
+                out['out_sharding'] = self._remove(spec, self.name, rank)
+            spec = fields['optimizer_sharding']  # ours: only where it has the name
+            if self.optimizer is not MISSING and _updated(spec) \
+                    and _entry_at(spec, self._index(rank), rank) == self.optimizer:
+                out['optimizer_sharding'] = self._remove(spec, self.optimizer, rank)
+            if self._extra(fields[EXTRA_KEY]):
+                out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
+        return out if self.inner is None else self.inner.inside(out, rank)
 
     def outside(self, fields: Fields, rank: int) -> Fields:
         """A Variable's fields on the way out (a mapped input, or what the body
-        made or returned); ``rank`` is its per-slice value's."""
+        made or returned; raises ``CallError``); ``rank`` is its per-slice
+        value's."""
+        if self.inner is not None:
+            fields = self.inner.outside(fields, rank)
         out = dict(fields)
         if self.name is MISSING:
             return out
-        if _truthy(fields['out_sharding']):  # None and () stay as they are
+        if self._touches(fields['out_sharding'], removing=False):  # None and () stay
             out['out_sharding'] = self._insert(fields['out_sharding'], self.name, rank)
-        if self.optimizer is not MISSING and _truthy(fields['optimizer_sharding']):
+        if self.optimizer is not MISSING and _updated(fields['optimizer_sharding']):
             out['optimizer_sharding'] = self._insert(fields['optimizer_sharding'],
                                                      self.optimizer, rank)
         if self._extra(fields[EXTRA_KEY]):
@@ -285,35 +357,43 @@ def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
 
 def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
                   mapped: Any = (), *, extra: bool = False, decorator: str | None = None,
-                  spmd_axis_name: Any = None) -> Call:
+                  placement: str | None = None, spmd_axis_name: Any = None) -> Call:
     """THE rule: what one nnx.vmap / nnx.scan / nnx.pmap call does to metadata.
 
     ``partition`` is the given ``PARTITION_NAME`` (``DEFAULT``: none given),
     ``mapped`` the mapped Variables as ``(fields, stacked rank)`` pairs,
-    ``decorator`` the partition of an ``nnx.transform_metadata`` body.
+    ``decorator`` the partition of an ``nnx.transform_metadata`` function in
+    the body, ``placement`` where it sits (``VISIBLE`` or ``HIDDEN``; None:
+    no decorator).
 
     Vanilla applies a given name in graph mode with graph updates, nothing
     else. Ours, given no name there (or in tree mode, which ignores a given
-    name), takes the entry the mapped Variables' specs share at the axis
-    (``spmd_axis_name`` when none has one) and applies it as a given one; in
-    tree mode only where no mapped Variable names the axis.
+    name), takes the entry the mapped Variables' non-empty specs share at the
+    axis (``spmd_axis_name`` when none has one) and applies it as a given one;
+    in tree mode only where no mapped Variable names the axis; and not where
+    it sees a decorator, which owns the axis it names. A decorator runs its
+    own named path at axis 0 in the body, on both flaxes.
     """
     ours = flax == 'ours'
-    if decorator is not None:  # its own named path, at axis 0
-        return Call(flax, 0, decorator, decorator if ours else MISSING)
+    inner = None if placement is None else Call(flax, 0, decorator,
+                                                decorator if ours else MISSING)
+    leave = Call(flax, axis, inner=inner)  # the call leaves all metadata alone
     graph = MODES[mode] == (True, True)
     if graph and partition != DEFAULT:
-        return Call(flax, axis, partition, partition if ours else MISSING, extra=extra)
+        return Call(flax, axis, partition, partition if ours else MISSING, extra=extra,
+                    inner=inner)
     if not ours or partition != DEFAULT:  # tree mode leaves a given name to vanilla
-        return Call(flax, axis)
+        return leave
+    if placement in VISIBLE:
+        return leave  # the decorator owns the axis it names
     entries = [_entry_at(f[k], axis, rank) for f, rank in mapped
-               for k in ('out_sharding', 'optimizer_sharding') if _truthy(f[k])]
+               for k in ('out_sharding', 'optimizer_sharding') if _updated(f[k])]
     if not graph and any(e is not None for e in entries):
-        return Call(flax, axis)  # an axis a Variable names: the decorator's
+        return leave  # an axis a Variable names: the decorator's
     name = entries[0] if entries else spmd_axis_name
     if entries.count(name) < len(entries):
-        return Call(flax, axis)  # the specs disagree
-    return Call(flax, axis, name, name)
+        return leave  # the specs disagree
+    return Call(flax, axis, name, name, inner=inner)
 
 
 def leaf_fields(leaf: Leaf) -> Fields:
@@ -329,22 +409,54 @@ def stacked_rank(program: Program, leaf: Leaf) -> int:
     return len(leaf.shape) + len(program.stacks)
 
 
-def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
-    """Per Variable path, each sharding-like field as ``Spec.to_json()`` or None.
+@dataclasses.dataclass
+class Build:
+    """What the build gives by the rule: each leaf's fields, the error of the
+    first call that raises (that call then leaves the leaf's fields as they
+    were), and the leaves a call left without the entry of its axis."""
+    metadata: dict[str, dict[str, Any]]
+    error: str | None
+    stale: set[str]
 
-    The build: each stack's call, innermost first, maps no Variable (its
-    inputs are arrays), and stacks what its body made.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for leaf in program.leaves:
-        fields, rank = leaf_fields(leaf), len(leaf.shape)
-        for stack in reversed(program.stacks):  # innermost stacks first
-            call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
-                                 extra=stack.extra, decorator=stack.decorator)
-            fields = call.outside(fields, rank)
-            rank += 1
-        out[leaf.name] = fields_json(fields)
-    return out
+
+def _build(program: Program, flax: str) -> Build:
+    """The build: each stack's call, innermost first, maps no Variable (its
+    inputs are arrays), and stacks what its body made."""
+    fields = {leaf.name: leaf_fields(leaf) for leaf in program.leaves}
+    rank = {leaf.name: len(leaf.shape) for leaf in program.leaves}
+    error, stale = None, set()
+    for stack in reversed(program.stacks):  # innermost stacks first
+        call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
+                             extra=stack.extra, decorator=stack.decorator,
+                             placement=stack.placement)
+        for leaf in program.leaves:
+            if call.name is MISSING and call.inner is None \
+                    and _updated(fields[leaf.name]['out_sharding']):
+                stale.add(leaf.name)
+            try:
+                fields[leaf.name] = call.outside(fields[leaf.name], rank[leaf.name])
+            except CallError as e:
+                error = error or str(e)
+            rank[leaf.name] += 1
+    return Build({name: fields_json(f) for name, f in fields.items()}, error, stale)
+
+
+def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
+    """Per Variable path, each sharding-like field as ``Spec.to_json()`` or None."""
+    return _build(program, flax).metadata
+
+
+def stale_leaves(program: Program, flax: str) -> set[str]:
+    """The leaves whose out_sharding a stacking call of the build left without
+    the entry of its axis, so it no longer lines up with the array (vanilla's
+    default transforms; ours' tree-mode transforms given a name)."""
+    return _build(program, flax).stale
+
+
+def build_error(program: Program, flax: str) -> str | None:
+    """What the build raises by the rule (vanilla's named path on a spec it
+    cannot take), as a part of the exception's first line; None: it runs."""
+    return _build(program, flax).error
 
 
 def apply_call(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> Call:
@@ -356,17 +468,34 @@ def apply_call(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     return stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
 
 
+def _mapped_fields(program: Program, meta: dict[str, dict[str, Any]], leaf: Leaf) -> Fields:
+    return {f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS}
+
+
 def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
                     ) -> dict[str, dict[str, Any]] | None:
     """Per leaf, its fields as the forward pass's body sees them (None: the call fails)."""
     call = apply_call(program, flax, meta)
     try:
-        return {leaf.name: fields_json(call.inside(
-            {f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
-            stacked_rank(program, leaf) - 1))
-            for leaf in program.leaves}
-    except RemoveError:
+        return {leaf.name: fields_json(call.inside(_mapped_fields(program, meta, leaf),
+                                                   stacked_rank(program, leaf) - 1))
+                for leaf in program.leaves}
+    except CallError:
         return None
+
+
+def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> str | None:
+    """What the forward pass's call raises by the rule (on the first mapped
+    leaf it fails), as a part of the exception's first line; None: it runs."""
+    if program.apply is None or not program.stacks:
+        return None
+    call = apply_call(program, flax, meta)
+    for leaf in program.leaves:
+        try:
+            call.inside(_mapped_fields(program, meta, leaf), stacked_rank(program, leaf) - 1)
+        except CallError as e:
+            return str(e)
+    return None
 
 
 def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
@@ -378,14 +507,14 @@ def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
     call = apply_call(program, flax, meta)
     leaf = next(l for l in program.leaves if l.name == param)
     try:
-        inside = call.inside({f: Spec.from_json(meta[param][f]) for f in FIELDS},
+        inside = call.inside(_mapped_fields(program, meta, leaf),
                              stacked_rank(program, leaf) - 1)
-    except RemoveError:
+        if program.apply is not None and program.apply.wrap == 'optimizer':
+            inside = {**inside, 'out_sharding': inside[placing_field(leaf)],
+                      'optimizer_sharding': None}
+        return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
+    except CallError:
         return None
-    if program.apply is not None and program.apply.wrap == 'optimizer':
-        inside = {**inside, 'out_sharding': inside[placing_field(leaf)],
-                  'optimizer_sharding': None}
-    return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
 
 
 def resolve(spec: dict[str, Any] | None, leaf: Leaf, program: Program) -> list[Any] | None:
@@ -457,3 +586,17 @@ def longer_than_the_slice_inside(program: Program, flax: str,
         if spec and len(spec['entries']) > stacked_rank(program, leaf) - 1:
             return True
     return False
+
+
+def longer_than_the_array(program: Program, meta: dict[str, dict[str, Any]]) -> bool:
+    """Whether a stacked ``out_sharding`` or ``optimizer_sharding`` is longer
+    than its array's rank: on ours, a decorator the transform cannot see
+    over a full per-layer spec (docs/compatibility.md, "A decorated function
+    the transform cannot see"). A consumer that shards an array by it
+    (``nnx.eval_shape``, the abstract model, optimizer state) raises JAX's
+    rank error."""
+    return any(spec is not None and spec['form'] != 'named'
+               and len(spec['entries']) > stacked_rank(program, leaf)
+               for leaf in program.leaves
+               for spec in (meta[leaf.name]['out_sharding'],
+                            meta[leaf.name]['optimizer_sharding']))

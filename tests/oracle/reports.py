@@ -49,6 +49,9 @@ class ApplyReport:
     traces: int  # how often the body's jitted function traced
     output: str = ''  # digest of the pass's output
     made: dict[str, VariableReport] | None = None  # what the body made (Apply.wrap)
+    # every Variable of the stack kept its type, metadata (each value and its
+    # type) and pytree structure through the pass (I2c)
+    kept: bool | None = None
 
 
 def _variables(d: dict[str, Any] | None) -> dict[str, VariableReport] | None:

@@ -8,6 +8,8 @@ starts once per flax and hypothesis can shrink against live workers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -26,8 +28,8 @@ import optax  # noqa: E402
 
 from flax import nnx  # noqa: E402
 from tests.oracle.programs import (  # noqa: E402
-    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, MODES, RULES, Apply, Leaf, Program, Spec,
-    program_from_json)
+    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, HIDDEN, MODES, RULES, Apply, Leaf, Program, Spec,
+    Stack, program_from_json)
 from tests.oracle.probes.util import spec as jsonable_spec  # noqa: E402
 from tests.oracle.reports import AbstractLeaf, ApplyReport, OptimizerLeaf, Report, \
     VariableReport  # noqa: E402
@@ -57,6 +59,29 @@ def path_str(path: tuple[Any, ...]) -> str:
     return '/'.join(map(str, path))
 
 
+def spec_json(x: Any) -> Any:
+    """A metadata spec as ``Spec.to_json`` gives it: a NamedSharding as its
+    spec (form 'named'), a jax.P with its unreduced and reduced axes."""
+    if isinstance(x, jax.sharding.NamedSharding):
+        return {**jsonable_spec(tuple(x.spec)), 'form': 'named'}
+    if isinstance(x, jax.P) and (x.unreduced or x.reduced):
+        out = jsonable_spec(jax.P(*x.partitions))
+        out.update({k: sorted(getattr(x, k)) for k in ('unreduced', 'reduced')
+                    if getattr(x, k)})
+        return out
+    return jsonable_spec(x)
+
+
+def metadata_snapshot(node: Any) -> tuple[str, list[tuple[str, str, str]]]:
+    """The pytree structure, and every Variable's type and metadata exactly
+    (each value with its type), to tell whether a pass changed nothing."""
+    state = nnx.state(node)
+    return str(jax.tree.structure(state)), [
+        (path_str(p), type(v).__name__,
+         repr({k: (type(m).__name__, m) for k, m in v.get_metadata().items()}))
+        for p, v in nnx.to_flat_state(state)]
+
+
 def describe(tree: Any, values: bool = True) -> dict[str, VariableReport]:
     """Every Variable (of a graph node or a State): value digest (``values``),
     dtype/shape, array sharding, metadata fields."""
@@ -67,7 +92,7 @@ def describe(tree: Any, values: bool = True) -> dict[str, VariableReport]:
         metadata = var.get_metadata()
         out[path_str(path)] = VariableReport(
             type=type(var).__name__, dtype=str(value.dtype), shape=list(value.shape),
-            metadata={f: jsonable_spec(metadata.get(f)) for f in FIELDS},
+            metadata={f: spec_json(metadata.get(f)) for f in FIELDS},
             metadata_keys=sorted(metadata), sharding=sharding_of(value),
             digest=digest(value) if values else None)
     return out
@@ -75,12 +100,21 @@ def describe(tree: Any, values: bool = True) -> dict[str, VariableReport]:
 
 # The generic program --------------------------------------------------------
 
+@functools.cache
+def named_mesh() -> jax.sharding.Mesh:
+    """The mesh of a NamedSharding spec (form 'named'): one device, axes a, b."""
+    return jax.make_mesh((1, 1), ('a', 'b'))
+
+
 def spec_object(spec: Spec | None) -> Any:
     if spec is None:
         return None
     entries = [tuple(e) if isinstance(e, tuple) else e for e in spec.entries]
-    return {'tuple': tuple, 'list': list,
-            'pspec': lambda e: jax.sharding.PartitionSpec(*e)}[spec.form](entries)
+    if spec.form == 'named':
+        return jax.NamedSharding(named_mesh(), jax.P(*entries))
+    if spec.form == 'pspec':
+        return jax.P(*entries, unreduced=set(spec.unreduced), reduced=set(spec.reduced))
+    return {'tuple': tuple, 'list': list}[spec.form](entries)
 
 
 class Layer(nnx.Module):
@@ -100,7 +134,7 @@ class Layer(nnx.Module):
                 metadata[EXTRA_KEY] = spec_object(leaf.extra_spec)
             if leaf.local_rules:
                 metadata['sharding_rules'] = RULES
-            setattr(self, leaf.name, nnx.Param(value, **metadata))
+            setattr(self, leaf.name, nnx.Param(value, ref=leaf.ref, **metadata))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return x + sum(jnp.mean(getattr(self, n)[...]) for n in self.names)
@@ -122,14 +156,65 @@ def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
     def layer(x: jax.Array) -> Layer:
         return build(program, level + 1, seed + x)
 
-    if stack.decorator is not None:
-        layer = nnx.transform_metadata(layer, in_axes=0, out_axes=0, partition=stack.decorator)
+    def step(c: jax.Array, x: jax.Array) -> tuple[jax.Array, Layer]:
+        return c, layer(x)
+
+    fn = step if stack.kind == 'scan' else layer
+    if stack.placement is not None:
+        fn = decorated(stack, layer, step)
     if stack.kind == 'vmap':
-        return nnx.vmap(layer, in_axes=0, out_axes=stack.axis, **kwargs)(xs)
+        return nnx.vmap(fn, in_axes=0, out_axes=stack.axis, **kwargs)(xs)
     if stack.kind == 'pmap':
-        return nnx.pmap(layer, in_axes=0, out_axes=0, **kwargs)(xs)
-    return nnx.scan(lambda c, x: (c, layer(x)), in_axes=(nnx.Carry, 0),
+        return nnx.pmap(fn, in_axes=0, out_axes=0, **kwargs)(xs)
+    return nnx.scan(fn, in_axes=(nnx.Carry, 0),
                     out_axes=(nnx.Carry, 0), **kwargs)(jnp.zeros(()), xs)[1]
+
+
+def decorated(stack: Stack, layer: Callable[[jax.Array], Layer],
+              step: Callable[[jax.Array, jax.Array], Any]) -> Callable[..., Any]:
+    """The stack's function with an ``nnx.transform_metadata`` function
+    (``partition=stack.decorator``) where ``stack.placement`` puts it: given
+    to the transform directly, behind ``nnx.remat`` or ``functools.partial``,
+    or hidden behind a lambda or called inside the body."""
+    graph = MODES[stack.mode][0]
+    scan = stack.kind == 'scan'
+    if stack.placement in HIDDEN:
+        named = nnx.transform_metadata(layer, in_axes=0, out_axes=0,
+                                       partition=stack.decorator, graph=graph)
+        if stack.placement == 'lambda':
+            return (lambda c, x: (c, named(x))) if scan else (lambda x: named(x))
+
+        def body(*args: jax.Array) -> Any:  # 'inside': called in the body
+            out = named(args[-1])
+            return (args[0], out) if scan else out
+
+        return body
+    if scan:
+        named = nnx.transform_metadata(step, in_axes=(None, 0), out_axes=(None, 0),
+                                       partition=stack.decorator, graph=graph)
+    else:
+        named = nnx.transform_metadata(layer, in_axes=0, out_axes=0,
+                                       partition=stack.decorator, graph=graph)
+    return {'direct': named, 'remat': nnx.remat(named, graph=graph),
+            'partial': functools.partial(named)}[stack.placement]
+
+
+@dataclasses.dataclass
+class Body:
+    """A forward pass's body as an unhashable callable object, or its bound method."""
+    fn: Callable[..., Any]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def method(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def as_callable(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """``fn`` as one of ``programs.CALLABLES``."""
+    return {'function': fn, 'object': Body(fn), 'partial': functools.partial(fn),
+            'method': Body(fn).method}[kind]
 
 
 def run_apply(program: Program, apply: Apply, model: Layer,
@@ -145,7 +230,7 @@ def run_apply(program: Program, apply: Apply, model: Layer,
     shared = Layer(program.leaves, jnp.zeros(()))  # unmapped, declared like a layer
 
     def forward(m: Layer, x: jax.Array) -> jax.Array:
-        inside.append({path_str(p): jsonable_spec(v.get_metadata().get('out_sharding'))
+        inside.append({path_str(p): spec_json(v.get_metadata().get('out_sharding'))
                        for p, v in nnx.to_flat_state(nnx.state(m))})
         return m(x)
 
@@ -185,14 +270,14 @@ def run_apply(program: Program, apply: Apply, model: Layer,
         out_axes: Any = (0, axis) if makes else 0
         if apply.kind in ('vmap', 'pmap'):
             transform = nnx.vmap if apply.kind == 'vmap' else nnx.pmap
-            return transform(body, in_axes=(axes, None, None), out_axes=out_axes,
-                             **kwargs)(m, shared, x)
+            return transform(as_callable(body, apply.callable), in_axes=(axes, None, None),
+                             out_axes=out_axes, **kwargs)(m, shared, x)
 
         def step(c: jax.Array, m: Layer, s: Layer) -> Any:
             out = body(m, s, c)
             return out if makes else (out, c)
 
-        out = nnx.scan(step, in_axes=(nnx.Carry, axes, None),
+        out = nnx.scan(as_callable(step, apply.callable), in_axes=(nnx.Carry, axes, None),
                        out_axes=(nnx.Carry, 0), **kwargs)(x, m, shared)
         return out if makes else out[0]
 
@@ -364,7 +449,9 @@ def run_program(program: Program) -> Report:
             if program.apply is not None:
                 stage[0] = 'apply'
                 before = report.variables
+                snapshot = metadata_snapshot(model)
                 report.apply = run_apply(program, program.apply, model, mesh)
+                report.apply.kept = metadata_snapshot(model) == snapshot
                 report.after_apply = describe(model)
                 before = None
             run_consumers(program, model, init, mesh, report, stage)

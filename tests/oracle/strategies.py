@@ -2,30 +2,92 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
-from tests.oracle.programs import DEFAULT, MODES, RULES, Apply, Leaf, Program, Spec, Stack
+from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, MODES, RULES, VISIBLE, Apply, \
+    Leaf, Program, Spec, Stack
 
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
 FORMS = ('tuple', 'list', 'pspec')
+# How long a spec is: none (no metadata), empty, full, short (from one entry
+# to full), one entry, (None,); and, mesh-less, a NamedSharding
+KINDS = ('none', 'empty', 'full', 'short', 'one', '(None,)', 'full', 'short')
+# The spec forms of series 12's read-only property (the last three
+# mesh-less: see spec_only_on_no_mesh)
+NEW_FORMS = ('one', '(None,)', 'list', 'unreduced', 'reduced', 'named')
 WRAPS = ('clone', 'grad', 'optimizer')  # bodies that make Variables
-FOCUS = ('free', 'pmap', 'decorator', *WRAPS, 'free')
+
+
+@dataclasses.dataclass(frozen=True)
+class Cover:
+    """What a coverage focus sets; the rest of its program is drawn."""
+    forms: tuple[str, ...] = ()  # each leaf's spec form (NEW_FORMS), mesh-less
+    placements: tuple[str, ...] = ()  # each stack's decorator placement, outermost first
+    named: bool = True  # the outermost decorator's partition a name, else None
+    callable: str | None = None  # the forward pass's body (CALLABLES)
+    ref: bool = False  # the first leaf ref=True (see REFS)
+
+
+# Hypothesis explores few distinct programs in CI's 50 examples, so the new
+# paths of series 12 are reached by few foci that each set several of them,
+# most paths by two foci.
+COVER = {
+    'cover 1': Cover(forms=('one', 'unreduced', 'list'), placements=('lambda', 'remat'),
+                     named=False, callable='object'),
+    'cover 2': Cover(forms=('(None,)', 'named', 'reduced'), placements=('partial', 'inside'),
+                     callable='partial'),
+    'cover 3': Cover(forms=('list', 'reduced', 'one'), placements=('inside', 'direct'),
+                     callable='method', ref=True),
+    'cover 4': Cover(forms=('named', 'unreduced', '(None,)'), placements=('remat', 'lambda'),
+                     named=False, callable='partial'),
+}
+# JAX runs ref=True Variables only so far: stacked by nnx.vmap at out_axes
+# 0, not behind nnx.remat, mapped by a vmap whose body has no nnx.cond, no
+# gradient of them taken, no adafactor state made and no spec read by
+# get_partition_spec and the consumers built on it (a scan, a pmap or a
+# remat cannot return a Ref, another out_axes cannot move one, vmap of cond
+# rejects its state effect, grad rejects one, adafactor sums one,
+# get_partition_spec makes a Ref of a jax.P: both flaxes raise JAX's error,
+# and where vanilla's named path raises first there is nothing to compare;
+# a fixed row of corpus.py compares the consumers' error). Programs with refs keep to that, so
+# compatibility.md's consequence (a ref=True Variable created at a negative
+# axis gets its entry at index 0) is never reached here.
+REFS = 'vmap at axis 0, no remat placement, no cond, no grad, no adafactor, no spec read'
+# A focus makes sure the few examples CI runs reach each patched path.
+FOCUS = ('free', 'pmap', *WRAPS, 'free', 'free', 'free', *COVER)
+
+
+def spec_only_on_no_mesh(spec: Spec | None) -> bool:
+    """A NamedSharding, or a jax.P with unreduced or reduced axes: eager
+    sharding on a mesh fails on both flaxes (Variable creation asserts the
+    NamedSharding's mesh, iterates the jax.P), so they are drawn mesh-less;
+    and ``get_partition_spec`` raises on them on both (JAX's ``*pspec``
+    error, a TypeError), so no program draws a consumer that reads the spec
+    (a fixed row of corpus.py compares those errors)."""
+    return spec is not None and (spec.form == 'named' or bool(spec.unreduced or spec.reduced))
 
 
 @st.composite
 def programs(draw: st.DrawFn) -> Program:
-    # A focus makes sure the few examples CI runs reach each patched path.
     focus = draw(st.sampled_from(FOCUS))
-    mesh = 'none' if focus == 'pmap' else draw(st.sampled_from(['none', 'auto', 'explicit']))
+    cover = COVER.get(focus, Cover())
+    mesh = 'none' if focus == 'pmap' or cover.forms else draw(
+        st.sampled_from(['none', 'auto', 'explicit']))
     # Variable-local rules do not resolve under jax.sharding.reshard (Explicit)
     logical = draw(st.sampled_from(['no', 'context'] + (['local'] if mesh != 'explicit' else [])))
     free = {'a', 'b'}  # mesh axes not used yet: each at most once per spec
+    placements = cover.placements
+    # ref=True leaves, where the program is one JAX runs with refs (REFS)
+    refs = cover.ref or (focus != 'grad' and 'remat' not in placements and draw(
+        st.sampled_from([False, False, False, True])))
 
-    def entry() -> object:
+    def entry(logical_names: bool = True) -> object:
         options: list[object] = [None]
         options += sorted(free)
-        if logical != 'no':
+        if logical != 'no' and logical_names:
             options += [name for name, axis in LOGICAL.items() if axis in free]
         if free == {'a', 'b'}:
             options.append(('a', 'b'))
@@ -35,26 +97,45 @@ def programs(draw: st.DrawFn) -> Program:
         return e
 
     leaves = []
-    for i in range(draw(st.integers(1, 2))):
+    for i in range(len(cover.forms) or draw(st.integers(1, 2))):
         free.update({'a', 'b'})
         shape = tuple(draw(st.lists(st.sampled_from([8, 16]), min_size=1, max_size=3)))
-        kind = draw(st.sampled_from(['none', 'empty', 'full', 'short', 'short', 'full']))
-        length = {'none': 0, 'empty': 0, 'full': len(shape),
-                  'short': draw(st.integers(1, len(shape)))}[kind]
-        form = draw(st.sampled_from(FORMS))
-        spec = None if kind == 'none' else Spec(form, tuple(entry() for _ in range(length)))
-        optimizer_spec = draw(st.sampled_from([None, spec])) if spec and spec.entries else None
+        new = cover.forms[i] if cover.forms else None
+        kind = new if new in ('one', '(None,)', 'named') else draw(st.sampled_from(
+            KINDS[2:] if new else KINDS + (('named',) if mesh == 'none' else ())))
+        length = {'none': 0, 'empty': 0, 'full': len(shape), 'one': 1, '(None,)': 1,
+                  'short': draw(st.integers(1, len(shape))),
+                  'named': draw(st.integers(0, len(shape)))}[kind]
+        form = 'named' if kind == 'named' else 'list' if new == 'list' \
+            else 'pspec' if new in ('unreduced', 'reduced') else draw(st.sampled_from(FORMS))
+        # a NamedSharding's spec names axes of its mesh, not logical names
+        entries = (None,) if kind == '(None,)' else tuple(
+            entry(logical_names=form != 'named') for _ in range(length))
+        spec = None if kind == 'none' else Spec(form, entries)
+        if spec and form == 'pspec' and mesh == 'none' and free \
+                and (new in ('unreduced', 'reduced') or draw(st.booleans())):
+            # jax.P(..., unreduced={axis}) needs an axis no entry of it uses
+            axis = draw(st.sampled_from(sorted(free)))
+            free.discard(axis)
+            which = new if new in ('unreduced', 'reduced') else draw(
+                st.sampled_from(['unreduced', 'reduced']))
+            spec = Spec(form, entries, **{which: (axis,)})
+        optimizer_spec = draw(st.sampled_from([None, spec])) \
+            if spec and spec.entries and form != 'named' else None
         leaves.append(Leaf(f'w{i}', shape, spec,
                            key=draw(st.sampled_from(['out_sharding', 'sharding_names'])),
                            optimizer_spec=optimizer_spec,
                            extra_spec=draw(st.sampled_from([None, Spec('tuple', ('x0',)),
                                                             Spec('list', ('x0', None))])),
-                           local_rules=logical == 'local'))
+                           local_rules=logical == 'local',
+                           ref=refs and (i == 0 or draw(st.booleans()))))
+    # mesh axes a spec names, or keeps unreduced or reduced: no stack's name
     used = {LOGICAL.get(e, e) for l in leaves if l.spec for e in l.spec.entries
             if isinstance(e, str)} | {a for l in leaves if l.spec for e in l.spec.entries
                                       if isinstance(e, tuple) for a in e}
+    used |= {a for l in leaves if l.spec for a in l.spec.unreduced + l.spec.reduced}
     stacks = []
-    depth = draw(st.integers(1, 2))  # every program builds a stack
+    depth = max(len(placements), draw(st.integers(1, 2)))  # every program builds a stack
     min_rank = min(len(l.shape) for l in leaves)
     for level in range(depth):
         size = draw(st.sampled_from([1, 2, 4]))
@@ -70,60 +151,89 @@ def programs(draw: st.DrawFn) -> Program:
         # the outermost stack of a mesh-less program, mapped at axis 0
         kinds = ['vmap', 'scan'] + (['pmap'] if mesh == 'none' and level == 0 else [])
         kind = 'pmap' if focus == 'pmap' and level == 0 else draw(st.sampled_from(kinds))
-        if focus == 'decorator' and level == 0:
-            kind, partition = 'vmap', DEFAULT
-        mode = 'graph' if focus == 'decorator' else draw(st.sampled_from(sorted(MODES)))
+        if refs:
+            kind = 'vmap'
+        decorate = level < len(placements)
+        if decorate:
+            partition = DEFAULT
+        mode = draw(st.sampled_from(sorted(MODES)))
         rank_after = min_rank + depth - level
         axis = draw(st.integers(-rank_after, rank_after - 1)) if kind == 'vmap' else 0
-        if focus == 'optimizer' and level == 0:
+        if (focus == 'optimizer' and level == 0) or refs:
             axis = 0  # the optimizer's scalar count comes out at the mapped axis
-        decorator = None
-        if (kind == 'vmap' and mode == 'graph' and partition == DEFAULT
-                and (focus == 'decorator' or draw(st.booleans()))):
-            axis = 0  # the decorator stacks at axis 0
-            decorator = draw(st.sampled_from([None] + [a for a in sorted(MESH_SIZES) if a not in
-                                                       used and size % MESH_SIZES[a] == 0]))
-            if decorator:
+        decorator, placement = None, None
+        if partition == DEFAULT and (decorate or draw(st.integers(0, 5)) == 0):
+            # nnx.transform_metadata on the body, as it sits in user code; it
+            # stacks at axis 0 of its output: the stack does too
+            axis = 0
+            placement = placements[level] if decorate else draw(st.sampled_from(
+                [p for p in VISIBLE + HIDDEN if not (refs and p == 'remat')]))
+            decorators: list[str | None] = [None] + [
+                a for a in sorted(MESH_SIZES) if a not in used and size % MESH_SIZES[a] == 0]
+            if mesh == 'none':
+                decorators.append('dec')  # on a mesh, no mesh axis: fails both flaxes
+            decorator = None if decorate and level == 0 and not cover.named \
+                else draw(st.sampled_from(decorators))
+            if decorator is not None:
                 used.add(decorator)
-            decorator = decorator or 'dec'
-            if mesh != 'none' and decorator == 'dec':
-                decorator = None  # an unknown mesh axis would fail both flaxes
         extra = partition != DEFAULT and draw(st.booleans())
-        stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator))
+        stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator, placement))
     apply = None
-    if focus in WRAPS or draw(st.integers(0, 3)) > 0:  # a forward pass, most of the time
-        outer = stacks[0]
+    if focus in WRAPS or cover.callable or draw(st.integers(0, 3)) > 0:
+        outer = stacks[0]  # a forward pass, most of the time
         kinds = ['vmap', 'scan'] if outer.axis == 0 else ['vmap']
         if outer.kind == 'pmap':
             kinds = ['pmap', 'vmap']
-        kind = draw(st.sampled_from(kinds))
+        kind = 'vmap' if refs else draw(st.sampled_from(kinds))
         if focus == 'grad':
             kind = 'vmap'  # nnx.grad under nnx.vmap
         partitions: list[object] = [DEFAULT, 'layers']
         if outer.partition not in (DEFAULT, None):
             partitions.append(outer.partition)
-        if outer.decorator:
+        if outer.placement is not None:
             partitions.append(outer.decorator)
         if any(l.spec is not None and not l.spec.entries for l in leaves):
             partitions = [DEFAULT]
         mode = draw(st.sampled_from(sorted(MODES)))
-        wraps = ['none', 'remat', 'cond', *(w for w in WRAPS if w != 'optimizer' or outer.axis == 0)]
+        wraps = ['none', 'remat', 'cond', *(
+            w for w in WRAPS if (w != 'optimizer' or outer.axis == 0)
+            and not (refs and w == 'grad'))]
+        if refs:
+            wraps.remove('cond')
         if depth == 1:
             wraps += ['tree_map', 'update', 'jit']
         wrap = focus if focus in WRAPS else draw(st.sampled_from(wraps))
+        body = cover.callable or draw(st.sampled_from(CALLABLES))
         apply = Apply(kind, draw(st.sampled_from(partitions)), mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       # replicated in_specs: arrays sharded on Explicit meshes are rejected
-                      shard_map=mesh == 'auto' and draw(st.booleans()))
-    consumers = ['partition_spec', 'eval_shape']
-    if mesh != 'none':
-        consumers += ['named_sharding', 'abstract']
+                      shard_map=mesh == 'auto' and draw(st.booleans()), callable=body)
+    consumers = ['eval_shape']
+    if not refs and not any(spec_only_on_no_mesh(l.spec) for l in leaves):
+        consumers.append('partition_spec')
+        if mesh != 'none':
+            consumers += ['named_sharding', 'abstract']
     chosen = tuple(c for c in consumers if draw(st.booleans()))
-    optimizer = draw(st.sampled_from([None, 'adam', 'sgd', 'adafactor']))
-    if optimizer and draw(st.booleans()):
+    optimizer = draw(st.sampled_from([None, 'adam', 'sgd'] + ['adafactor'] * (not refs)))
+    if optimizer and not refs and draw(st.booleans()):
         chosen += ('train_step',)
     return Program('hypothesis', tuple(leaves), tuple(stacks), mesh, logical == 'context',
                    apply, chosen, optimizer)
+
+
+def spec_families(spec: Spec | None) -> list[str]:
+    """A spec's form and length, and the jax.P axes it keeps."""
+    if spec is None:
+        return ['spec:none']
+    found = [f'form:{spec.form}']
+    if not spec.entries:
+        found.append('spec:empty')
+    elif spec.entries == (None,):
+        found.append('spec:(None,)')
+    elif len(spec.entries) == 1:
+        found.append('spec:one entry')
+    found += ['spec:unreduced'] * bool(spec.unreduced) + ['spec:reduced'] * bool(spec.reduced)
+    return found
 
 
 def families(program: Program) -> list[str]:
@@ -131,13 +241,17 @@ def families(program: Program) -> list[str]:
     found = ['stack'] if program.stacks else []
     found += [f'stack:{s.kind}' for s in program.stacks]
     found += [f'mode:{s.mode}' for s in program.stacks]
-    if any(s.decorator is not None for s in program.stacks):
-        found.append('decorator')
+    for leaf in program.leaves:
+        found += spec_families(leaf.spec) + ['ref'] * leaf.ref
+    for s in program.stacks:
+        if s.placement is not None:
+            found += ['decorator', f'placement:{s.placement}']
+            found += ['decorator:None'] if s.decorator is None else []
     if any(s.partition not in (DEFAULT, None) for s in program.stacks):
         found.append('named stack')
     if program.apply is not None:
         a = program.apply
-        found += ['forward', f'forward:{a.kind}']
+        found += ['forward', f'forward:{a.kind}', f'callable:{a.callable}']
         found += {'clone': ['copy (nnx.clone)'], 'optimizer': ['optimizer in transform'],
                   'grad': ['grad under vmap' if a.kind == 'vmap' else f'grad under {a.kind}']
                   }.get(a.wrap, [f'body:{a.wrap}'])
@@ -155,4 +269,8 @@ def families(program: Program) -> list[str]:
 
 # What the CI examples must reach (tests/oracle/test_oracle.py asserts it).
 REQUIRED = ('stack', 'decorator', 'forward', 'copy (nnx.clone)', 'grad under vmap',
-            'optimizer in transform', 'pmap')
+            'optimizer in transform', 'pmap',
+            'spec:one entry', 'spec:(None,)', 'form:list', 'spec:unreduced', 'spec:reduced',
+            'form:named', 'ref',
+            *(f'placement:{p}' for p in VISIBLE + HIDDEN), 'decorator:None',
+            *(f'callable:{c}' for c in CALLABLES))
