@@ -65,7 +65,18 @@ EXTRA_VALUE = 'x'
 # transform sees it), or hidden (behind a lambda, called inside the body).
 VISIBLE = ('direct', 'remat', 'partial')
 HIDDEN = ('lambda', 'inside')
-CALLABLES = ('function', 'object', 'partial', 'method')  # an Apply's body
+# Where an Apply's decorator sits: as a Stack's, and (series 13) behind
+# nnx.grad or nnx.value_and_grad of a loss over the mapped module, which the
+# transform sees too; the body then returns the gradient.
+GRADS = ('grad', 'value_and_grad')
+APPLY_VISIBLE = VISIBLE + GRADS
+# An Apply's body: a function, an unhashable callable object, a partial, a
+# bound method, and (series 13) callables whose __hash__ raises: a frozen
+# dataclass with a list field, a flax.struct.dataclass with an array field
+CALLABLES = ('function', 'object', 'partial', 'method', 'frozen', 'struct')
+# A transform_metadata mapping without nnx.PARTITION_NAME (series 13: as
+# vanilla, its keys are ignored and the default runs): the key it has
+OTHER_KEYS = ('extra', 'optimizer_sharding', 'tags')
 RULES = (('embed', 'a'), ('mlp', 'b'))  # logical name -> mesh axis
 Entry = None | str | tuple[str, ...]
 
@@ -112,7 +123,11 @@ class Leaf:
 
 @dataclasses.dataclass(frozen=True)
 class Stack:
-    kind: str  # 'vmap' | 'scan'
+    # 'vmap' | 'scan' | 'pmap', or 'array' (innermost only): no transform,
+    # the layer's arrays are made stacked (``size`` at ``axis``, 0 or 1) and
+    # each spec declared with ``partition`` (None or a name) at that index,
+    # as a user declares an expert stack, e.g. ('b',) on a (4, 8, 16) kernel
+    kind: str
     size: int
     axis: int  # vmap out_axes (may be negative, against the stacked rank); scan: 0
     partition: str | None  # DEFAULT, None or a name
@@ -122,6 +137,7 @@ class Stack:
     # VISIBLE or HIDDEN says (None: no decorator)
     decorator: str | None = None
     placement: str | None = None
+    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS)
 
     def __post_init__(self) -> None:
         if self.decorator is not None and self.placement is None:
@@ -136,11 +152,23 @@ class Apply:
     mode: str = 'graph'
     # 'none' | 'remat' | 'cond', or (one stack) a body that maps over the layer's
     # and an unmapped copy's state ('tree_map'), updates the layer from its own
-    # state ('update'), or calls a function jitted outside first ('jit')
+    # state ('update'), or calls a function jitted outside first ('jit');
+    # bodies that make Variables: 'clone', 'grad', 'optimizer', and (series
+    # 13) 'return' (the body returns the mapped layer's state) and 'create'
+    # (the body creates a layer, its Params declared as the leaves are)
     wrap: str = 'none'
     state_axes: bool = False
     shard_map: bool = False  # run it inside jax.shard_map (replicated inputs)
     callable: str = 'function'  # the body as one of CALLABLES
+    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS)
+    # nnx.transform_metadata(partition=decorator) on the body (a vmap's),
+    # placed as APPLY_VISIBLE or HIDDEN say; GRADS: the body is the gradient
+    # of the decorated loss
+    decorator: str | None = None
+    placement: str | None = None
+    # the body is an inner default nnx.vmap of it, over the second stack's
+    # axis (series 13: the outer transform's look through wrappers stops at it)
+    nested: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,12 +203,15 @@ class Program:
         if any(MODES[m] != (True, True) for m in modes):
             return ('vanilla ignores transform_metadata in tree mode and without graph '
                     'updates: the workaround cannot be written there')
+        if self.apply is not None and self.apply.nested:
+            return 'a nested pass: its inner vmap is written without transform_metadata'
         # a decorator the transform sees names its axis alone; one it cannot
         # see is stacked on by the transform, as with the workaround
         stacks = tuple(dataclasses.replace(s, partition=None) if s.partition == DEFAULT
                        and s.placement not in VISIBLE else s for s in self.stacks)
         apply = self.apply
-        if apply is not None and apply.partition == DEFAULT:
+        if apply is not None and apply.partition == DEFAULT \
+                and apply.placement not in APPLY_VISIBLE:
             outer = stacks[0].partition if stacks else None
             name = stacks[0].decorator if stacks and stacks[0].placement in VISIBLE \
                 else outer
@@ -257,7 +288,9 @@ class Call:
     leaves all metadata alone); ``optimizer`` the entry it stacks into
     ``optimizer_sharding`` (``MISSING``: not touched); ``axis`` the raw
     in/out axis; ``inner`` the call of an ``nnx.transform_metadata``
-    function in its body (it runs inside: removes after, stacks before).
+    function in its body (it runs inside: removes after, stacks before);
+    ``records`` (ours, series 13) what its removal gave each mapped Variable
+    and took from it, per field: ``(field, given, taken)``.
     """
     flax: str
     axis: int
@@ -265,6 +298,7 @@ class Call:
     optimizer: Any = MISSING
     extra: bool = False  # EXTRA_KEY named in transform_metadata
     inner: Call | None = None
+    records: tuple[tuple[str, Spec, Spec], ...] = ()
 
     def _index(self, rank: int) -> int:
         """The axis vanilla pops and inserts at; ours counts a negative one
@@ -311,9 +345,9 @@ class Call:
         forms = ('tuple',) if self.flax == 'vanilla' else FORMS
         return self.extra and _truthy(spec) and spec.form in forms
 
-    def inside(self, fields: Fields, rank: int) -> Fields:
-        """A mapped Variable's fields as the body sees them (raises
-        ``CallError``); ``rank`` is its per-slice value's."""
+    def own_inside(self, fields: Fields, rank: int) -> Fields:
+        """A mapped Variable's fields after this call's own removal (not its
+        decorator's; raises ``CallError``)."""
         out = dict(fields)
         if self.name is not MISSING:
             # vanilla pops from () too; ours updates only non-empty specs
@@ -326,23 +360,70 @@ class Call:
                 out['optimizer_sharding'] = self._remove(spec, self.optimizer, rank)
             if self._extra(fields[EXTRA_KEY]):
                 out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
+        return out
+
+    def inside(self, fields: Fields, rank: int) -> Fields:
+        """A mapped Variable's fields as the body sees them (raises
+        ``CallError``); ``rank`` is its per-slice value's."""
+        out = self.own_inside(fields, rank)
         return out if self.inner is None else self.inner.inside(out, rank)
 
-    def outside(self, fields: Fields, rank: int) -> Fields:
+    def recorded(self) -> tuple[str, ...]:
+        """The fields whose values ours' removal records (series 13)."""
+        if self.flax != 'ours' or self.name is MISSING:
+            return ()
+        return ('out_sharding', 'optimizer_sharding') + ((EXTRA_KEY,) if self.extra else ())
+
+    def recording(self, mapped: Any) -> Call:
+        """This call with ``records`` of its mapped Variables ``(fields,
+        stacked rank)``: ours' removal records, per field, the value it gave
+        each and the one it took (none where the removal raises)."""
+        records = []
+        try:
+            for fields, rank in mapped:
+                given = self.own_inside(fields, rank - 1)
+                records += [(k, given[k], fields[k]) for k in self.recorded()
+                            if fields[k] is not None]
+        except CallError:
+            return self
+        return dataclasses.replace(self, records=tuple(records))
+
+    def _given_back(self, field: str, spec: Spec | None) -> Spec | None:
+        """Series 13: a value some mapped Variables were given (same type,
+        equal) gives back what was taken from them, where that was one value."""
+        if spec is None:
+            return None
+        taken = {t for k, g, t in self.records if k == field and g == spec}
+        return taken.pop() if len(taken) == 1 else None
+
+    def outside(self, fields: Fields, rank: int,
+                own: tuple[Fields, Fields] | None = None) -> Fields:
         """A Variable's fields on the way out (a mapped input, or what the body
         made or returned; raises ``CallError``); ``rank`` is its per-slice
-        value's."""
+        value's. On ours (series 13) a mapped input (``own``: what the removal
+        gave it and took from it) whose field the body left as it was given
+        gets back what was taken from it; any other field equal to a value
+        the removal gave mapped Variables gets back what it took from them
+        (where that was one value); any other field takes the named path's add."""
         if self.inner is not None:
             fields = self.inner.outside(fields, rank)
         out = dict(fields)
         if self.name is MISSING:
             return out
-        if self._touches(fields['out_sharding'], removing=False):  # None and () stay
+        back = {k: own[1][k] if own is not None and fields[k] == own[0][k]
+                else self._given_back(k, fields[k]) for k in self.recorded()}
+        if back.get('out_sharding') is not None:
+            out['out_sharding'] = back['out_sharding']
+        elif self._touches(fields['out_sharding'], removing=False):  # None and () stay
             out['out_sharding'] = self._insert(fields['out_sharding'], self.name, rank)
-        if self.optimizer is not MISSING and _updated(fields['optimizer_sharding']):
+        if back.get('optimizer_sharding') is not None:
+            out['optimizer_sharding'] = back['optimizer_sharding']
+        elif self.optimizer is not MISSING and _updated(fields['optimizer_sharding']):
             out['optimizer_sharding'] = self._insert(fields['optimizer_sharding'],
                                                      self.optimizer, rank)
-        if self._extra(fields[EXTRA_KEY]):
+        if back.get(EXTRA_KEY) is not None:
+            out[EXTRA_KEY] = back[EXTRA_KEY]
+        elif self._extra(fields[EXTRA_KEY]):
             out[EXTRA_KEY] = self._insert(fields[EXTRA_KEY], EXTRA_VALUE, rank)
         return out
 
@@ -363,8 +444,9 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     ``partition`` is the given ``PARTITION_NAME`` (``DEFAULT``: none given),
     ``mapped`` the mapped Variables as ``(fields, stacked rank)`` pairs,
     ``decorator`` the partition of an ``nnx.transform_metadata`` function in
-    the body, ``placement`` where it sits (``VISIBLE`` or ``HIDDEN``; None:
-    no decorator).
+    the body, ``placement`` where it sits (``APPLY_VISIBLE`` or ``HIDDEN``;
+    None: no decorator; an inner NNX vmap/scan/pmap hides it from this call).
+    A mapping of other keys without a ``PARTITION_NAME`` is ``DEFAULT``.
 
     Vanilla applies a given name in graph mode with graph updates, nothing
     else. Ours, given no name there (or in tree mode, which ignores a given
@@ -372,7 +454,9 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     axis (``spmd_axis_name`` when none has one) and applies it as a given one;
     in tree mode only where no mapped Variable names the axis; and not where
     it sees a decorator, which owns the axis it names. A decorator runs its
-    own named path at axis 0 in the body, on both flaxes.
+    own named path at axis 0 in the body, on both flaxes. Ours' named path
+    (series 13) records what its removal gave and took, and gives it back
+    on the way out to every Variable whose field equals a value it gave.
     """
     ours = flax == 'ours'
     inner = None if placement is None else Call(flax, 0, decorator,
@@ -381,10 +465,10 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     graph = MODES[mode] == (True, True)
     if graph and partition != DEFAULT:
         return Call(flax, axis, partition, partition if ours else MISSING, extra=extra,
-                    inner=inner)
+                    inner=inner).recording(mapped)
     if not ours or partition != DEFAULT:  # tree mode leaves a given name to vanilla
         return leave
-    if placement in VISIBLE:
+    if placement in APPLY_VISIBLE:
         return leave  # the decorator owns the axis it names
     entries = [_entry_at(f[k], axis, rank) for f, rank in mapped
                for k in ('out_sharding', 'optimizer_sharding') if _updated(f[k])]
@@ -393,12 +477,23 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     name = entries[0] if entries else spmd_axis_name
     if entries.count(name) < len(entries):
         return leave  # the specs disagree
-    return Call(flax, axis, name, name, inner=inner)
+    return Call(flax, axis, name, name, inner=inner).recording(mapped)
 
 
 def leaf_fields(leaf: Leaf) -> Fields:
     return {'out_sharding': leaf.spec, 'optimizer_sharding': leaf.optimizer_spec,
             EXTRA_KEY: leaf.extra_spec}
+
+
+def array_fields(fields: Fields, stack: Stack) -> Fields:
+    """A leaf's fields as declared on its stacked array (``Stack`` kind
+    'array'): the stack's entry at its index of out_sharding and
+    optimizer_sharding, empty specs included, each keeping its form."""
+    out = dict(fields)
+    for k in ('out_sharding', 'optimizer_sharding'):
+        if fields[k] is not None:
+            out[k] = _insert(fields[k], stack.axis, stack.partition, fields[k].form)
+    return out
 
 
 def fields_json(fields: Fields) -> dict[str, Any]:
@@ -426,6 +521,11 @@ def _build(program: Program, flax: str) -> Build:
     rank = {leaf.name: len(leaf.shape) for leaf in program.leaves}
     error, stale = None, set()
     for stack in reversed(program.stacks):  # innermost stacks first
+        if stack.kind == 'array':  # declared stacked: no transform
+            for leaf in program.leaves:
+                fields[leaf.name] = array_fields(fields[leaf.name], stack)
+                rank[leaf.name] += 1
+            continue
         call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
                              extra=stack.extra, decorator=stack.decorator,
                              placement=stack.placement)
@@ -459,13 +559,81 @@ def build_error(program: Program, flax: str) -> str | None:
     return _build(program, flax).error
 
 
-def apply_call(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> Call:
-    """The forward pass's call over the stacks ``meta`` describes (every leaf mapped)."""
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """The forward pass's calls over the stacks ``meta`` describes (every leaf
+    mapped), outermost first: the pass's transform and, for a nested body
+    (``Apply.nested``), the inner default vmap over the second stack's axis;
+    each with the per-slice rank it leaves, less than the stacked rank."""
+    calls: tuple[Call, ...]
+    grad: bool  # the body returns the gradient of a decorated loss (GRADS)
+
+    def inside(self, fields: Fields, rank: int) -> Fields:
+        for depth, call in enumerate(self.calls, 1):
+            fields = call.inside(fields, rank - depth)
+        return fields
+
+    def outside(self, fields: Fields, rank: int, made: bool = True) -> Fields:
+        """What the innermost body made (fields at the innermost slice's rank)
+        stacked on the way out; a gradient of a decorated loss leaves the
+        decorator's call (it is taken from the state the decorator got)."""
+        for depth in range(len(self.calls), 0, -1):
+            call = self.calls[depth - 1]
+            if self.grad and made and depth == len(self.calls):
+                call = dataclasses.replace(call, inner=None)
+            fields = call.outside(fields, rank - depth)
+        return fields
+
+    def after(self, fields: Fields, rank: int, ref: bool = False) -> Fields:
+        """A mapped Variable's fields after the pass, the body leaving it as it
+        sees it: each call's decorator adds back what it removed (to a copy:
+        the Variable takes the copy's metadata only where the add changed it,
+        and a ``ref=True`` one never), then the call adds its entry (ours:
+        gives back what it took).
+        """
+        chain = []
+        for depth, call in enumerate(self.calls, 1):
+            taken = fields
+            given = call.own_inside(taken, rank - depth)
+            fields = given if call.inner is None else call.inner.inside(given, rank - depth)
+            chain.append((call, taken, given, fields, rank - depth))
+        for call, taken, given, seen, r in reversed(chain):
+            if call.inner is not None:
+                added = call.inner.outside(fields, r)
+                fields = given if ref or added == seen else added
+            fields = dataclasses.replace(call, inner=None).outside(fields, r, own=(given, taken))
+        return fields
+
+    def made_inside(self, fields: Fields, rank: int) -> Fields:
+        """A mapped Variable's fields as the body's copy, gradient or returned
+        state has them: as it sees the Variable, or for a gradient of a
+        decorated loss, before the decorator's removal."""
+        if not self.grad:
+            return self.inside(fields, rank)
+        calls = self.calls[:-1] + (dataclasses.replace(self.calls[-1], inner=None),)
+        return Pass(calls, False).inside(fields, rank)
+
+
+def apply_pass(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> Pass:
+    """The forward pass's calls over the stacks ``meta`` describes (every leaf mapped)."""
     apply = program.apply
     assert apply is not None and program.stacks
     mapped = [({f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
                stacked_rank(program, leaf)) for leaf in program.leaves]
-    return stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
+    if not apply.nested:
+        return Pass((stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis,
+                                   mapped, decorator=apply.decorator,
+                                   placement=apply.placement),),
+                    apply.placement in GRADS)
+    # the outer transform's look through wrappers stops at the inner vmap
+    outer = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
+    try:
+        mapped = [(outer.inside(fields, rank - 1), rank - 1) for fields, rank in mapped]
+    except CallError:
+        return Pass((outer,), False)  # the pass fails at the outer call
+    inner = stacking_rule(flax, apply.mode, DEFAULT, program.stacks[1].axis, mapped,
+                          decorator=apply.decorator, placement=apply.placement)
+    return Pass((outer, inner), apply.placement in GRADS)
 
 
 def _mapped_fields(program: Program, meta: dict[str, dict[str, Any]], leaf: Leaf) -> Fields:
@@ -475,13 +643,28 @@ def _mapped_fields(program: Program, meta: dict[str, dict[str, Any]], leaf: Leaf
 def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
                     ) -> dict[str, dict[str, Any]] | None:
     """Per leaf, its fields as the forward pass's body sees them (None: the call fails)."""
-    call = apply_call(program, flax, meta)
+    calls = apply_pass(program, flax, meta)
     try:
-        return {leaf.name: fields_json(call.inside(_mapped_fields(program, meta, leaf),
-                                                   stacked_rank(program, leaf) - 1))
+        return {leaf.name: fields_json(calls.inside(_mapped_fields(program, meta, leaf),
+                                                    stacked_rank(program, leaf)))
                 for leaf in program.leaves}
     except CallError:
         return None
+
+
+def after_pass_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
+                        ) -> dict[str, dict[str, Any]]:
+    """Per leaf, its fields after the forward pass (``meta`` where there is
+    none, or where it fails: then the outcome checks judge it)."""
+    if program.apply is None or not program.stacks:
+        return meta
+    calls = apply_pass(program, flax, meta)
+    try:
+        return {leaf.name: fields_json(calls.after(_mapped_fields(program, meta, leaf),
+                                                   stacked_rank(program, leaf), leaf.ref))
+                for leaf in program.leaves}
+    except CallError:
+        return meta
 
 
 def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> str | None:
@@ -489,10 +672,10 @@ def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     leaf it fails), as a part of the exception's first line; None: it runs."""
     if program.apply is None or not program.stacks:
         return None
-    call = apply_call(program, flax, meta)
+    calls = apply_pass(program, flax, meta)
     for leaf in program.leaves:
         try:
-            call.inside(_mapped_fields(program, meta, leaf), stacked_rank(program, leaf) - 1)
+            calls.inside(_mapped_fields(program, meta, leaf), stacked_rank(program, leaf))
         except CallError as e:
             return str(e)
     return None
@@ -501,18 +684,23 @@ def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
 def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
                   param: str) -> dict[str, Any] | None:
     """A Variable the forward pass's body made from mapped ``param`` (a copy, a
-    gradient, optimizer state): its per-slice fields, stacked on the way out.
+    gradient, optimizer state, the returned state), or as it is declared (a
+    layer the body creates): its per-slice fields, stacked on the way out.
     Optimizer state takes the parameter's declared ``optimizer_sharding``, as
     the body sees it, for its ``out_sharding`` (``nnx.Optimizer``, both flaxes)."""
-    call = apply_call(program, flax, meta)
+    calls = apply_pass(program, flax, meta)
     leaf = next(l for l in program.leaves if l.name == param)
+    rank = stacked_rank(program, leaf)
     try:
-        inside = call.inside(_mapped_fields(program, meta, leaf),
-                             stacked_rank(program, leaf) - 1)
-        if program.apply is not None and program.apply.wrap == 'optimizer':
+        calls.inside(_mapped_fields(program, meta, leaf), rank)  # the pass runs
+        if program.apply.wrap == 'create':
+            inside = leaf_fields(leaf)
+        else:
+            inside = calls.made_inside(_mapped_fields(program, meta, leaf), rank)
+        if program.apply.wrap == 'optimizer':
             inside = {**inside, 'out_sharding': inside[placing_field(leaf)],
                       'optimizer_sharding': None}
-        return fields_json(call.outside(inside, stacked_rank(program, leaf) - 1))
+        return fields_json(calls.outside(inside, rank))
     except CallError:
         return None
 

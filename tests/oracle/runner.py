@@ -26,10 +26,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+import flax.struct  # noqa: E402
+
 from flax import nnx  # noqa: E402
 from tests.oracle.programs import (  # noqa: E402
-    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, HIDDEN, MODES, RULES, Apply, Leaf, Program, Spec,
-    Stack, program_from_json)
+    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, GRADS, HIDDEN, MODES, RULES, Apply, Leaf, Program,
+    Spec, Stack, array_fields, leaf_fields, program_from_json)
 from tests.oracle.probes.util import spec as jsonable_spec  # noqa: E402
 from tests.oracle.reports import AbstractLeaf, ApplyReport, OptimizerLeaf, Report, \
     VariableReport  # noqa: E402
@@ -118,18 +120,25 @@ def spec_object(spec: Spec | None) -> Any:
 
 
 class Layer(nnx.Module):
-    """One Param per Leaf, values depending on ``seed`` (the layer index)."""
+    """One Param per Leaf, values depending on ``seed`` (the layer index);
+    given an ``array`` stack, each Param made stacked and declared so
+    (``programs.array_fields``)."""
 
-    def __init__(self, leaves: tuple[Leaf, ...], seed: jax.Array):
+    def __init__(self, leaves: tuple[Leaf, ...], seed: jax.Array, array: Stack | None = None):
         self.names = tuple(leaf.name for leaf in leaves)
         for i, leaf in enumerate(leaves):
-            size = int(np.prod(leaf.shape))
-            value = jnp.arange(size, dtype=jnp.float32).reshape(leaf.shape) / size + seed + i
+            shape = leaf.shape
+            fields = leaf_fields(leaf)
+            if array is not None:
+                shape = shape[:array.axis] + (array.size,) + shape[array.axis:]
+                fields = array_fields(fields, array)
+            size = int(np.prod(shape))
+            value = jnp.arange(size, dtype=jnp.float32).reshape(shape) / size + seed + i
             metadata: dict[str, Any] = {}
-            if leaf.spec is not None:
-                metadata[leaf.key] = spec_object(leaf.spec)
-            if leaf.optimizer_spec is not None:
-                metadata['optimizer_sharding'] = spec_object(leaf.optimizer_spec)
+            if fields['out_sharding'] is not None:
+                metadata[leaf.key] = spec_object(fields['out_sharding'])
+            if fields['optimizer_sharding'] is not None:
+                metadata['optimizer_sharding'] = spec_object(fields['optimizer_sharding'])
             if leaf.extra_spec is not None:
                 metadata[EXTRA_KEY] = spec_object(leaf.extra_spec)
             if leaf.local_rules:
@@ -140,10 +149,21 @@ class Layer(nnx.Module):
         return x + sum(jnp.mean(getattr(self, n)[...]) for n in self.names)
 
 
+def other_metadata(key: str | None) -> dict[str, Any]:
+    """A transform_metadata mapping without nnx.PARTITION_NAME (programs.OTHER_KEYS)."""
+    if key is None:
+        return {}
+    return {'transform_metadata': {'extra': {EXTRA_KEY: EXTRA_VALUE},
+                                   'optimizer_sharding': {'optimizer_sharding': 'a'},
+                                   'tags': {'tags': 'z'}}[key]}
+
+
 def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
     if level == len(program.stacks):
         return Layer(program.leaves, seed)
     stack = program.stacks[level]
+    if stack.kind == 'array':  # innermost: the layer made stacked
+        return Layer(program.leaves, seed, stack)
     graph, updates = MODES[stack.mode]
     kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
     if stack.partition != DEFAULT:
@@ -151,6 +171,8 @@ def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
         if stack.extra:
             tm[EXTRA_KEY] = EXTRA_VALUE
         kwargs['transform_metadata'] = tm
+    else:
+        kwargs.update(other_metadata(stack.other))
     xs = jnp.arange(stack.size, dtype=jnp.float32) * 10.0 ** (len(program.stacks) - level)
 
     def layer(x: jax.Array) -> Layer:
@@ -211,10 +233,64 @@ class Body:
         return self.fn(*args)
 
 
+@dataclasses.dataclass(frozen=True)
+class FrozenBody:
+    """A frozen dataclass with a list field: its ``__hash__`` raises."""
+    fn: Callable[..., Any]
+    tags: list[str] = dataclasses.field(default_factory=lambda: ['body'])
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+@flax.struct.dataclass
+class StructBody:
+    """A flax.struct.dataclass with an array field: its ``__hash__`` raises."""
+    scale: jax.Array
+    fn: Callable[..., Any] = flax.struct.field(pytree_node=False)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
 def as_callable(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
     """``fn`` as one of ``programs.CALLABLES``."""
+    if kind == 'struct':
+        return StructBody(np.ones(()), fn)
     return {'function': fn, 'object': Body(fn), 'partial': functools.partial(fn),
-            'method': Body(fn).method}[kind]
+            'method': Body(fn).method, 'frozen': FrozenBody(fn)}[kind]
+
+
+def decorated_body(apply: Apply, core: Callable[..., Any], graph: bool) -> Callable[..., Any]:
+    """The pass's body ``core(m, shared, x)`` with an ``nnx.transform_metadata``
+    function (``partition=apply.decorator``, mapping ``m`` at 0) where
+    ``apply.placement`` puts it: given to the transform directly, behind
+    ``nnx.remat``, ``functools.partial``, ``nnx.grad`` or
+    ``nnx.value_and_grad`` of a loss over ``m`` (the body then returns the
+    gradient), behind a lambda or called inside the body."""
+    if apply.placement is None:
+        return core
+    if apply.placement in GRADS:
+        def loss(m: Layer, shared: Layer, x: jax.Array) -> jax.Array:
+            return jnp.sum(core(m, shared, x))
+
+        named = nnx.transform_metadata(loss, in_axes=(0, None, None), out_axes=0,
+                                       partition=apply.decorator, graph=graph)
+        return {'grad': nnx.grad, 'value_and_grad': nnx.value_and_grad}[apply.placement](
+            named, graph=graph, graph_updates=MODES[apply.mode][1])
+    named = nnx.transform_metadata(core, in_axes=(0, None, None), out_axes=0,
+                                   partition=apply.decorator, graph=graph)
+    if apply.placement == 'lambda':
+        return lambda m, shared, x: named(m, shared, x)
+    if apply.placement == 'inside':
+        def body(m: Layer, shared: Layer, x: jax.Array) -> Any:
+            return named(m, shared, x)
+        return body
+    return {'direct': named, 'remat': nnx.remat(named, graph=graph),
+            'partial': functools.partial(named)}[apply.placement]
+
+
+MAKES = ('clone', 'grad', 'optimizer', 'return', 'create')  # Apply.wrap: bodies that make
 
 
 def run_apply(program: Program, apply: Apply, model: Layer,
@@ -223,6 +299,8 @@ def run_apply(program: Program, apply: Apply, model: Layer,
     kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
     if apply.partition != DEFAULT:
         kwargs['transform_metadata'] = {nnx.PARTITION_NAME: apply.partition}
+    else:
+        kwargs.update(other_metadata(apply.other))
     axis = program.stacks[0].axis
     axes: Any = nnx.StateAxes({nnx.Param: axis}) if apply.state_axes else axis
     inside: list[Any] = []
@@ -239,18 +317,24 @@ def run_apply(program: Program, apply: Apply, model: Layer,
         traces.append(None)
         return m(x)
 
-    def made_in_body(m: Layer, x: jax.Array) -> nnx.State:
-        """Variables the body makes: a copy, a gradient, an optimizer's state."""
+    def made_in_body(m: Layer, x: jax.Array) -> Any:
+        """Variables the body makes: a copy, a gradient, an optimizer's state,
+        the mapped layer's state returned, a layer created."""
         if apply.wrap == 'clone':
             return nnx.state(nnx.clone(m))
         if apply.wrap == 'grad':
             return nnx.grad(lambda m: jnp.sum(m(x)))(m)
+        if apply.wrap == 'return':
+            return nnx.state(m)
+        if apply.wrap == 'create':
+            return nnx.state(Layer(program.leaves, x))
         optimizer = nnx.Optimizer(m, optax.adam(1e-2), wrt=nnx.Param)
         return nnx.state(optimizer, nnx.OptState)
 
-    makes = apply.wrap in ('clone', 'grad', 'optimizer')
+    grads = apply.placement in GRADS  # the body returns a gradient
+    makes = apply.wrap in MAKES or grads
 
-    def body(m: Layer, shared: Layer, x: jax.Array) -> Any:
+    def core(m: Layer, shared: Layer, x: jax.Array) -> Any:
         if apply.wrap == 'remat':
             return nnx.remat(forward)(m, x)
         if apply.wrap == 'cond':
@@ -262,15 +346,28 @@ def run_apply(program: Program, apply: Apply, model: Layer,
         if apply.wrap == 'jit':  # one jitted function inside and outside
             forward(m, x)
             return jitted(m, x)
-        if makes:
+        if apply.wrap in MAKES:
             return forward(m, x), made_in_body(m, x)
         return forward(m, x)
+
+    body = decorated_body(apply, core, graph)
+    if apply.placement == 'grad':  # as the other bodies: (output, made)
+        grad_body = body
+        body = lambda m, shared, x: (jnp.zeros(()), grad_body(m, shared, x))  # noqa: E731
+    elif apply.placement == 'value_and_grad':
+        pass  # (loss, gradient), as the other bodies
 
     def call(m: Layer, x: jax.Array) -> Any:
         out_axes: Any = (0, axis) if makes else 0
         if apply.kind in ('vmap', 'pmap'):
             transform = nnx.vmap if apply.kind == 'vmap' else nnx.pmap
-            return transform(as_callable(body, apply.callable), in_axes=(axes, None, None),
+            fn = body
+            if apply.nested:  # an inner default vmap over the second stack's axis
+                inner_axes = program.stacks[1].axis
+                fn = nnx.vmap(body, in_axes=(inner_axes, None, None),
+                              out_axes=(0, inner_axes) if makes else 0,
+                              graph=graph, graph_updates=updates)
+            return transform(as_callable(fn, apply.callable), in_axes=(axes, None, None),
                              out_axes=out_axes, **kwargs)(m, shared, x)
 
         def step(c: jax.Array, m: Layer, s: Layer) -> Any:

@@ -6,8 +6,8 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, MODES, RULES, VISIBLE, Apply, \
-    Leaf, Program, Spec, Stack
+from tests.oracle.programs import APPLY_VISIBLE, CALLABLES, DEFAULT, GRADS, HIDDEN, MODES, \
+    OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack
 
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
@@ -19,6 +19,8 @@ KINDS = ('none', 'empty', 'full', 'short', 'one', '(None,)', 'full', 'short')
 # mesh-less: see spec_only_on_no_mesh)
 NEW_FORMS = ('one', '(None,)', 'list', 'unreduced', 'reduced', 'named')
 WRAPS = ('clone', 'grad', 'optimizer')  # bodies that make Variables
+# Series 13: bodies that return the mapped layer's state or create a layer
+NEW_WRAPS = ('return', 'create')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,12 @@ class Cover:
     named: bool = True  # the outermost decorator's partition a name, else None
     callable: str | None = None  # the forward pass's body (CALLABLES)
     ref: bool = False  # the first leaf ref=True (see REFS)
+    # series 13
+    array: bool = False  # the innermost stack an 'array' stack (declared stacked)
+    wrap: str | None = None  # the forward pass's body (Apply.wrap)
+    other: str | None = None  # a mapping without PARTITION_NAME on the stacks and the pass
+    apply_placement: str | None = None  # the pass's decorator (APPLY_VISIBLE, HIDDEN)
+    nested: bool = False  # the pass's body an inner default vmap
 
 
 # Hypothesis explores few distinct programs in CI's 50 examples, so the new
@@ -43,6 +51,18 @@ COVER = {
                      callable='method', ref=True),
     'cover 4': Cover(forms=('named', 'unreduced', '(None,)'), placements=('remat', 'lambda'),
                      named=False, callable='partial'),
+}
+# Series 13: remove-then-add is the identity for what a body derives from a
+# mapped Variable (declared stacks: a copy, a gradient, the returned state, a
+# created layer); mappings without a name; callables whose __hash__ raises;
+# the decorator behind nnx.grad / value_and_grad and under a nested vmap.
+COVER |= {
+    'cover 5': Cover(array=True, wrap='clone', callable='frozen', other='extra'),
+    'cover 6': Cover(array=True, wrap='create', callable='struct', other='optimizer_sharding'),
+    'cover 7': Cover(array=True, apply_placement='value_and_grad', other='tags'),
+    'cover 8': Cover(array=True, wrap='return', nested=True, apply_placement='direct'),
+    'cover 9': Cover(apply_placement='grad', nested=True, callable='frozen'),
+    'cover 10': Cover(array=True, apply_placement='inside', wrap='clone'),
 }
 # JAX runs ref=True Variables only so far: stacked by nnx.vmap at out_axes
 # 0, not behind nnx.remat, mapped by a vmap whose body has no nnx.cond, no
@@ -81,8 +101,9 @@ def programs(draw: st.DrawFn) -> Program:
     free = {'a', 'b'}  # mesh axes not used yet: each at most once per spec
     placements = cover.placements
     # ref=True leaves, where the program is one JAX runs with refs (REFS)
-    refs = cover.ref or (focus != 'grad' and 'remat' not in placements and draw(
-        st.sampled_from([False, False, False, True])))
+    refs = cover.ref or (focus != 'grad' and 'remat' not in placements
+                         and cover.apply_placement not in GRADS + ('remat',) and draw(
+                             st.sampled_from([False, False, False, True])))
 
     def entry(logical_names: bool = True) -> object:
         options: list[object] = [None]
@@ -135,10 +156,24 @@ def programs(draw: st.DrawFn) -> Program:
                                       if isinstance(e, tuple) for a in e}
     used |= {a for l in leaves if l.spec for a in l.spec.unreduced + l.spec.reduced}
     stacks = []
-    depth = max(len(placements), draw(st.integers(1, 2)))  # every program builds a stack
+    # every program builds a stack
+    depth = max(len(placements), draw(st.integers(1, 2)), 2 if cover.nested else 1)
     min_rank = min(len(l.shape) for l in leaves)
     for level in range(depth):
         size = draw(st.sampled_from([1, 2, 4]))
+        if level == depth - 1 and level >= len(placements) \
+                and not (focus == 'pmap' and level == 0) \
+                and (cover.array or draw(st.integers(0, 5)) == 0):
+            # series 13: the innermost stack declared, as a user declares an
+            # expert stack: arrays made stacked, each spec with its entry
+            axis = 0 if refs or focus == 'optimizer' else draw(st.sampled_from([0, 0, 1]))
+            entries: list[object] = [None] + [
+                a for a in sorted(MESH_SIZES) if a not in used
+                and (mesh == 'none' or size % MESH_SIZES[a] == 0)]
+            partition = draw(st.sampled_from(entries))
+            used.add(partition)
+            stacks.append(Stack('array', size, axis, partition))
+            continue
         names: list[object] = [DEFAULT, DEFAULT, None]
         if mesh == 'none':
             names.append(f'l{level}')
@@ -177,9 +212,15 @@ def programs(draw: st.DrawFn) -> Program:
             if decorator is not None:
                 used.add(decorator)
         extra = partition != DEFAULT and draw(st.booleans())
-        stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator, placement))
+        other = None
+        if partition == DEFAULT and placement is None and (
+                cover.other or draw(st.integers(0, 5)) == 0):
+            other = cover.other or draw(st.sampled_from(OTHER_KEYS))
+        stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator, placement,
+                            other))
     apply = None
-    if focus in WRAPS or cover.callable or draw(st.integers(0, 3)) > 0:
+    if focus in WRAPS or cover.callable or cover.wrap or cover.apply_placement \
+            or cover.nested or draw(st.integers(0, 3)) > 0:
         outer = stacks[0]  # a forward pass, most of the time
         kinds = ['vmap', 'scan'] if outer.axis == 0 else ['vmap']
         if outer.kind == 'pmap':
@@ -187,27 +228,57 @@ def programs(draw: st.DrawFn) -> Program:
         kind = 'vmap' if refs else draw(st.sampled_from(kinds))
         if focus == 'grad':
             kind = 'vmap'  # nnx.grad under nnx.vmap
+        # series 13: the body an inner default vmap over the second stack's axis
+        nested = depth >= 2 and (cover.nested or (not refs and draw(st.integers(0, 5)) == 0))
+        if nested:
+            kind = 'vmap'
         partitions: list[object] = [DEFAULT, 'layers']
         if outer.partition not in (DEFAULT, None):
             partitions.append(outer.partition)
         if outer.placement is not None:
             partitions.append(outer.decorator)
-        if any(l.spec is not None and not l.spec.entries for l in leaves):
+        declared = depth == 1 and outer.kind == 'array'  # no empty stacked spec
+        if not declared and any(l.spec is not None and not l.spec.entries for l in leaves):
             partitions = [DEFAULT]
         mode = draw(st.sampled_from(sorted(MODES)))
-        wraps = ['none', 'remat', 'cond', *(
-            w for w in WRAPS if (w != 'optimizer' or outer.axis == 0)
+        wraps = ['none', 'remat', 'cond', 'return', *(
+            w for w in WRAPS if (w != 'optimizer' or (outer.axis == 0 and not nested))
             and not (refs and w == 'grad'))]
         if refs:
             wraps.remove('cond')
+        if depth == 1 or nested:  # the body's slice is a layer
+            wraps.append('create')
         if depth == 1:
             wraps += ['tree_map', 'update', 'jit']
-        wrap = focus if focus in WRAPS else draw(st.sampled_from(wraps))
+        wrap = focus if focus in WRAPS else cover.wrap or draw(st.sampled_from(wraps))
         body = cover.callable or draw(st.sampled_from(CALLABLES))
-        apply = Apply(kind, draw(st.sampled_from(partitions)), mode, wrap,
+        partition = draw(st.sampled_from(partitions))
+        # series 13: nnx.transform_metadata on the body (a vmap's), over the
+        # stack it maps at axis 0 (the second one for a nested body), its
+        # partition that stack's entry or None
+        target = stacks[1] if nested else outer
+        placement = None
+        if kind == 'vmap' and target.axis == 0 and (
+                cover.apply_placement or draw(st.integers(0, 3)) == 0):
+            placement = cover.apply_placement or draw(st.sampled_from(
+                [p for p in APPLY_VISIBLE + HIDDEN
+                 if not (refs and (p == 'remat' or p in GRADS))]))
+        decorator = None
+        if placement is not None:
+            entry = target.decorator if target.placement is not None else \
+                None if target.partition == DEFAULT else target.partition
+            decorator = draw(st.sampled_from([entry, None]))
+            partition, body = DEFAULT, 'function'
+            wrap = 'none' if placement in GRADS else wrap if wrap in (
+                'none', 'clone', 'create') else 'clone'
+        other = None
+        if partition == DEFAULT and (cover.other or draw(st.integers(0, 4)) == 0):
+            other = cover.other or draw(st.sampled_from(OTHER_KEYS))
+        apply = Apply(kind, partition, mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       # replicated in_specs: arrays sharded on Explicit meshes are rejected
-                      shard_map=mesh == 'auto' and draw(st.booleans()), callable=body)
+                      shard_map=mesh == 'auto' and draw(st.booleans()), callable=body,
+                      other=other, decorator=decorator, placement=placement, nested=nested)
     consumers = ['eval_shape']
     if not refs and not any(spec_only_on_no_mesh(l.spec) for l in leaves):
         consumers.append('partition_spec')
@@ -247,6 +318,8 @@ def families(program: Program) -> list[str]:
         if s.placement is not None:
             found += ['decorator', f'placement:{s.placement}']
             found += ['decorator:None'] if s.decorator is None else []
+        if s.other is not None:
+            found += ['other keys', f'other keys:{s.other}']
     if any(s.partition not in (DEFAULT, None) for s in program.stacks):
         found.append('named stack')
     if program.apply is not None:
@@ -255,6 +328,14 @@ def families(program: Program) -> list[str]:
         found += {'clone': ['copy (nnx.clone)'], 'optimizer': ['optimizer in transform'],
                   'grad': ['grad under vmap' if a.kind == 'vmap' else f'grad under {a.kind}']
                   }.get(a.wrap, [f'body:{a.wrap}'])
+        if a.other is not None:
+            found += ['other keys', f'other keys:{a.other}']
+        if a.placement is not None:
+            found += ['pass decorator', f'pass placement:{a.placement}']
+        if a.nested:
+            found.append('nested pass')
+        if program.stacks and program.stacks[0].kind == 'array':
+            found.append(f'array stack pass:{a.wrap}')
         if a.shard_map:
             found.append('shard_map')
     if 'pmap' in {s.kind for s in program.stacks} | {getattr(program.apply, 'kind', None)}:
@@ -273,4 +354,10 @@ REQUIRED = ('stack', 'decorator', 'forward', 'copy (nnx.clone)', 'grad under vma
             'spec:one entry', 'spec:(None,)', 'form:list', 'spec:unreduced', 'spec:reduced',
             'form:named', 'ref',
             *(f'placement:{p}' for p in VISIBLE + HIDDEN), 'decorator:None',
-            *(f'callable:{c}' for c in CALLABLES))
+            *(f'callable:{c}' for c in CALLABLES),
+            # series 13
+            'stack:array', 'body:return', 'body:create', 'array stack pass:clone',
+            'array stack pass:create', 'nested pass',
+            *(f'other keys:{k}' for k in OTHER_KEYS),
+            *(f'pass placement:{p}' for p in GRADS), 'pass placement:direct',
+            'pass placement:inside')
