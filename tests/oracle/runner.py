@@ -350,25 +350,24 @@ def run_apply(program: Program, apply: Apply, model: Layer,
             return forward(m, x), made_in_body(m, x)
         return forward(m, x)
 
+    # the body as the transform gets it (nnx.grad's gradient alone: the
+    # output is then zeros), value_and_grad's (loss, gradient) as the others
     body = decorated_body(apply, core, graph)
-    if apply.placement == 'grad':  # as the other bodies: (output, made)
-        grad_body = body
-        body = lambda m, shared, x: (jnp.zeros(()), grad_body(m, shared, x))  # noqa: E731
-    elif apply.placement == 'value_and_grad':
-        pass  # (loss, gradient), as the other bodies
+    alone = apply.placement == 'grad'
 
     def call(m: Layer, x: jax.Array) -> Any:
-        out_axes: Any = (0, axis) if makes else 0
+        out_axes: Any = axis if alone else (0, axis) if makes else 0
         if apply.kind in ('vmap', 'pmap'):
             transform = nnx.vmap if apply.kind == 'vmap' else nnx.pmap
             fn = body
             if apply.nested:  # an inner default vmap over the second stack's axis
                 inner_axes = program.stacks[1].axis
                 fn = nnx.vmap(body, in_axes=(inner_axes, None, None),
-                              out_axes=(0, inner_axes) if makes else 0,
-                              graph=graph, graph_updates=updates)
-            return transform(as_callable(fn, apply.callable), in_axes=(axes, None, None),
-                             out_axes=out_axes, **kwargs)(m, shared, x)
+                              out_axes=inner_axes if alone else (0, inner_axes) if makes
+                              else 0, graph=graph, graph_updates=updates)
+            out = transform(as_callable(fn, apply.callable), in_axes=(axes, None, None),
+                            out_axes=out_axes, **kwargs)(m, shared, x)
+            return (jnp.zeros(()), out) if alone else out
 
         def step(c: jax.Array, m: Layer, s: Layer) -> Any:
             out = body(m, s, c)
