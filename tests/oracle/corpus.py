@@ -461,3 +461,16 @@ ROWS += [
             (vmap(), Stack('array', 4, 0, 'b')),
             apply=Apply('vmap', DEFAULT, 'graph', 'create', nested=True))
 ]
+
+# Found by the oracle (series 13, FINDINGS.md 1): a kernel declared ('b',)
+# on its stacked array beside a bias declared () (replicated): the default
+# vmap gives both (), having taken ('b',) and (), so a copy's or a
+# gradient's () takes the normal add and stays () where vanilla keeps
+# ('b',) (the rule's fallback where the takers disagree).
+ROWS += [
+    Program(f'declared kernel beside a replicated bias: {wrap} under vmap',
+            (Leaf('kernel', (8, 16), Spec('tuple', ())), Leaf('bias', (16,), Spec('tuple', ()))),
+            (Stack('array', 4, 0, 'b', replicated=('bias',)),),
+            apply=Apply('vmap', DEFAULT, 'graph', wrap), consumers=('partition_spec',))
+    for wrap in ('clone', 'grad')
+]

@@ -138,6 +138,9 @@ class Stack:
     decorator: str | None = None
     placement: str | None = None
     other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS)
+    # 'array': the leaves declared replicated along the stack (their specs as
+    # the per-layer ones, as a bias () beside a kernel declared ('b',))
+    replicated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.decorator is not None and self.placement is None:
@@ -228,7 +231,9 @@ def program_from_json(text: str) -> Program:
                         l.get('ref', False))
                    for l in d['leaves'])
     return Program(
-        name=d['name'], leaves=leaves, stacks=tuple(Stack(**s) for s in d['stacks']),
+        name=d['name'], leaves=leaves,
+        stacks=tuple(Stack(**{**s, 'replicated': tuple(s.get('replicated', ()))})
+                     for s in d['stacks']),
         mesh=d['mesh'], context_rules=d['context_rules'],
         apply=None if d['apply'] is None else Apply(**d['apply']),
         consumers=tuple(d['consumers']), optimizer=d['optimizer'], custom=d['custom'],
@@ -485,11 +490,14 @@ def leaf_fields(leaf: Leaf) -> Fields:
             EXTRA_KEY: leaf.extra_spec}
 
 
-def array_fields(fields: Fields, stack: Stack) -> Fields:
-    """A leaf's fields as declared on its stacked array (``Stack`` kind
-    'array'): the stack's entry at its index of out_sharding and
-    optimizer_sharding, empty specs included, each keeping its form."""
+def array_fields(fields: Fields, stack: Stack, name: str) -> Fields:
+    """Leaf ``name``'s fields as declared on its stacked array (``Stack``
+    kind 'array'): the stack's entry at its index of out_sharding and
+    optimizer_sharding, empty specs included, each keeping its form (none
+    for a leaf declared replicated)."""
     out = dict(fields)
+    if name in stack.replicated:
+        return out
     for k in ('out_sharding', 'optimizer_sharding'):
         if fields[k] is not None:
             out[k] = _insert(fields[k], stack.axis, stack.partition, fields[k].form)
@@ -523,7 +531,7 @@ def _build(program: Program, flax: str) -> Build:
     for stack in reversed(program.stacks):  # innermost stacks first
         if stack.kind == 'array':  # declared stacked: no transform
             for leaf in program.leaves:
-                fields[leaf.name] = array_fields(fields[leaf.name], stack)
+                fields[leaf.name] = array_fields(fields[leaf.name], stack, leaf.name)
                 rank[leaf.name] += 1
             continue
         call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
@@ -650,6 +658,17 @@ def inside_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
                 for leaf in program.leaves}
     except CallError:
         return None
+
+
+def ambiguous_give_back(program: Program) -> bool:
+    """Whether ours' forward pass gave one value to mapped Variables it took
+    different values from (a Variable of that value leaving the body then
+    takes the named path's add, not what was taken)."""
+    if program.apply is None or not program.stacks or program.custom is not None:
+        return False
+    calls = apply_pass(program, 'ours', expected_metadata(program, 'ours'))
+    return any(len({t for k, g, t in call.records if (k, g) == key}) > 1
+               for call in calls.calls for key in {(k, g) for k, g, _ in call.records})
 
 
 def after_pass_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]

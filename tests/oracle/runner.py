@@ -131,7 +131,7 @@ class Layer(nnx.Module):
             fields = leaf_fields(leaf)
             if array is not None:
                 shape = shape[:array.axis] + (array.size,) + shape[array.axis:]
-                fields = array_fields(fields, array)
+                fields = array_fields(fields, array, leaf.name)
             size = int(np.prod(shape))
             value = jnp.arange(size, dtype=jnp.float32).reshape(shape) / size + seed + i
             metadata: dict[str, Any] = {}

@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from tests.oracle.programs import APPLY_VISIBLE, CALLABLES, DEFAULT, GRADS, HIDDEN, MODES, \
-    OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack
+    OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack, ambiguous_give_back
 
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
@@ -173,7 +173,9 @@ def programs(draw: st.DrawFn) -> Program:
                 and (mesh == 'none' or size % MESH_SIZES[a] == 0)]
             partition = draw(st.sampled_from(entries))
             used.add(partition)
-            stacks.append(Stack('array', size, axis, partition))
+            # a leaf declared replicated along the stack (a bias beside a kernel)
+            replicated = tuple(l.name for l in leaves[1:] if draw(st.integers(0, 2)) == 0)
+            stacks.append(Stack('array', size, axis, partition, replicated=replicated))
             continue
         names: list[object] = [DEFAULT, DEFAULT, None]
         if mesh == 'none':
@@ -339,6 +341,8 @@ def families(program: Program) -> list[str]:
             found.append('nested pass')
         if program.stacks and program.stacks[0].kind == 'array':
             found.append(f'array stack pass:{a.wrap}')
+        if ambiguous_give_back(program):
+            found.append('ambiguous give-back')
         if a.shard_map:
             found.append('shard_map')
     if 'pmap' in {s.kind for s in program.stacks} | {getattr(program.apply, 'kind', None)}:
