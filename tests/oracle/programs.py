@@ -331,8 +331,9 @@ class Call:
         index = self._index(rank)
         if -len(entries) <= index < len(entries):
             removed = entries.pop(index)
-        elif self.flax == 'vanilla':
-            raise CallError('IndexError: pop index out of range')
+        elif self.flax == 'vanilla':  # list.pop's messages
+            raise CallError('IndexError: pop from empty list' if not entries
+                            else 'IndexError: pop index out of range')
         else:
             removed = None  # ours: a spec shorter than the axis reads None
         if removed != value:
