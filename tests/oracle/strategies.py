@@ -70,7 +70,9 @@ COVER |= {
 # rejects its state effect, grad rejects one, adafactor sums one,
 # get_partition_spec makes a Ref of a jax.P: both flaxes raise JAX's error,
 # and where vanilla's named path raises first there is nothing to compare;
-# a fixed row of corpus.py compares the consumers' error). Programs with refs keep to that, so
+# a fixed row of corpus.py compares the consumers' error; a body returning
+# the mapped state of ref=True Variables runs only in graph mode with graph
+# updates: "Duplicate Param" otherwise). Programs with refs keep to that, so
 # compatibility.md's consequence (a ref=True Variable created at a negative
 # axis gets its entry at index 0) is never reached here.
 REFS = 'vmap at axis 0, no remat placement, no cond, no grad, no adafactor, no spec read'
@@ -175,6 +177,13 @@ def programs(draw: st.DrawFn) -> Program:
             used.add(partition)
             # a leaf declared replicated along the stack (a bias beside a kernel)
             replicated = tuple(l.name for l in leaves[1:] if draw(st.integers(0, 2)) == 0)
+            if replicated and draw(st.booleans()):
+                # as a user writes it: the kernel declared (entry,) on its
+                # stack, the bias () (both () per layer, of the kernel's form)
+                empty = Spec(leaves[0].spec.form if leaves[0].spec else 'tuple', ())
+                leaves = [dataclasses.replace(l, spec=empty, optimizer_spec=None)
+                          if i == 0 or l.name in replicated else l
+                          for i, l in enumerate(leaves)]
             stacks.append(Stack('array', size, axis, partition, replicated=replicated))
             continue
         names: list[object] = [DEFAULT, DEFAULT, None]
@@ -255,6 +264,8 @@ def programs(draw: st.DrawFn) -> Program:
         if depth == 1:
             wraps += ['tree_map', 'update', 'jit']
         wrap = focus if focus in WRAPS else cover.wrap or draw(st.sampled_from(wraps))
+        if refs and wrap == 'return':
+            mode = 'graph'  # else returning a mapped ref=True Variable raises on both
         body = cover.callable or draw(st.sampled_from(CALLABLES))
         partition = draw(st.sampled_from(partitions))
         # series 13: nnx.transform_metadata on the body (a vmap's), over the
@@ -266,7 +277,7 @@ def programs(draw: st.DrawFn) -> Program:
                 focus not in WRAPS and not cover.callable and not cover.wrap
                 and draw(st.integers(0, 3)) == 0)):
             placement = cover.apply_placement or draw(st.sampled_from(
-                [p for p in APPLY_VISIBLE + HIDDEN
+                [p for p in GRADS + VISIBLE + HIDDEN
                  if not (refs and (p == 'remat' or p in GRADS))]))
         decorator = None
         if placement is not None:
