@@ -392,7 +392,8 @@ ROWS += [
     for name, (form, entry) in DECLARED.items()
     for wrap in ('clone', 'grad', 'return', 'create')
     for kind, mode in (('vmap', 'graph'), ('scan', 'graph'), ('vmap', 'tree'))
-    if name == "('b',)" or (kind == 'vmap' and wrap in ('clone', 'grad', 'create'))
+    if (name == "('b',)" or (kind == 'vmap' and wrap in ('clone', 'grad', 'create')))
+    and not (wrap == 'return' and mode != 'graph')  # Duplicate Param on both
 ] + [  # the declared name given to the pass, and a full declared spec beside
     Program(f'declared stack: {wrap} under a vmap given the declared name',
             (Leaf('w0', (8, 16), Spec('tuple', ())), Leaf('w1', (8, 16), Spec('tuple', (None, 'a')))),

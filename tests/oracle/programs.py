@@ -157,7 +157,8 @@ class Apply:
     # and an unmapped copy's state ('tree_map'), updates the layer from its own
     # state ('update'), or calls a function jitted outside first ('jit');
     # bodies that make Variables: 'clone', 'grad', 'optimizer', and (series
-    # 13) 'return' (the body returns the mapped layer's state) and 'create'
+    # 13) 'return' (the body returns the mapped layer's state: graph mode
+    # with updates only, else both raise "Duplicate Param") and 'create'
     # (the body creates a layer, its Params declared as the leaves are)
     wrap: str = 'none'
     state_axes: bool = False
@@ -675,8 +676,9 @@ def ambiguous_give_back(program: Program) -> bool:
 def after_pass_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
                         ) -> dict[str, dict[str, Any]]:
     """Per leaf, its fields after the forward pass (``meta`` where there is
-    none, or where it fails: then the outcome checks judge it)."""
-    if program.apply is None or not program.stacks:
+    none, or where it fails: then the outcome checks judge it; or where it
+    runs inside ``jax.shard_map``, over a merged copy of the model)."""
+    if program.apply is None or not program.stacks or program.apply.shard_map:
         return meta
     calls = apply_pass(program, flax, meta)
     try:

@@ -70,9 +70,7 @@ COVER |= {
 # rejects its state effect, grad rejects one, adafactor sums one,
 # get_partition_spec makes a Ref of a jax.P: both flaxes raise JAX's error,
 # and where vanilla's named path raises first there is nothing to compare;
-# a fixed row of corpus.py compares the consumers' error; a body returning
-# the mapped state of ref=True Variables runs only in graph mode with graph
-# updates: "Duplicate Param" otherwise). Programs with refs keep to that, so
+# a fixed row of corpus.py compares the consumers' error). Programs with refs keep to that, so
 # compatibility.md's consequence (a ref=True Variable created at a negative
 # axis gets its entry at index 0) is never reached here.
 REFS = 'vmap at axis 0, no remat placement, no cond, no grad, no adafactor, no spec read'
@@ -264,8 +262,8 @@ def programs(draw: st.DrawFn) -> Program:
         if depth == 1:
             wraps += ['tree_map', 'update', 'jit']
         wrap = focus if focus in WRAPS else cover.wrap or draw(st.sampled_from(wraps))
-        if refs and wrap == 'return':
-            mode = 'graph'  # else returning a mapped ref=True Variable raises on both
+        if wrap == 'return':
+            mode = 'graph'  # else returning the mapped state raises on both (Duplicate)
         body = cover.callable or draw(st.sampled_from(CALLABLES))
         partition = draw(st.sampled_from(partitions))
         # series 13: nnx.transform_metadata on the body (a vmap's), over the
