@@ -174,7 +174,7 @@ def programs(draw: st.DrawFn) -> Program:
             partition = draw(st.sampled_from(entries))
             used.add(partition)
             # a leaf declared replicated along the stack (a bias beside a kernel)
-            replicated = tuple(l.name for l in leaves[1:] if draw(st.integers(0, 2)) == 0)
+            replicated = tuple(l.name for l in leaves[1:] if draw(st.booleans()))
             if replicated and draw(st.booleans()):
                 # as a user writes it: the kernel declared (entry,) on its
                 # stack, the bias () (both () per layer, of the kernel's form)
