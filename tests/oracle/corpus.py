@@ -475,3 +475,15 @@ ROWS += [
             apply=Apply('vmap', DEFAULT, 'graph', wrap), consumers=('partition_spec',))
     for wrap in ('clone', 'grad')
 ]
+
+# Found by the oracle (series 13 generator; not series 13's): a tree-mode
+# pass given a name leaves the stacked spec (as on vanilla), and an optimizer
+# built in its body lays it on the slice, where it does not divide a
+# dimension (JAX's error); vanilla's stack, left per-layer, fits the slice.
+ROWS += [
+    Program('tree-mode pass given a name: optimizer in the body over a stack at axis -2',
+            (Leaf('w0', (16, 16), Spec('tuple', (('a', 'b'),)),
+                  optimizer_spec=Spec('tuple', (('a', 'b'),))),),
+            (Stack('vmap', 4, 0, DEFAULT, 'tree'), Stack('vmap', 4, -2, DEFAULT, 'graph')),
+            mesh='explicit', apply=Apply('scan', None, 'tree', 'optimizer')),
+]

@@ -798,6 +798,20 @@ def longer_than_the_slice_inside(program: Program, flax: str,
     return False
 
 
+def stacked_spec_inside(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> bool:
+    """Whether an optimizer built in the body places a leaf's state by the
+    stacked spec (the pass's call left the stack's entries: a tree-mode call
+    given a name, as on vanilla), not the per-layer one: laid on the slice,
+    it may not divide a dimension (JAX's error), where vanilla's stack,
+    left per-layer, fits the slice."""
+    if program.apply is None or program.apply.wrap != 'optimizer' or not program.stacks:
+        return False
+    inside = inside_metadata(program, flax, meta)
+    return inside is not None and any(
+        inside[leaf.name][placing_field(leaf)] == meta[leaf.name][placing_field(leaf)]
+        for leaf in _unlike_layers(program, inside))
+
+
 def longer_than_the_array(program: Program, meta: dict[str, dict[str, Any]]) -> bool:
     """Whether a stacked ``out_sharding`` or ``optimizer_sharding`` is longer
     than its array's rank: on ours, a decorator the transform cannot see

@@ -174,7 +174,10 @@ def programs(draw: st.DrawFn) -> Program:
             partition = draw(st.sampled_from(entries))
             used.add(partition)
             # a leaf declared replicated along the stack (a bias beside a kernel)
-            replicated = tuple(l.name for l in leaves[1:] if draw(st.booleans()))
+            # (on a mesh, only a leaf whose spec shards no dimension: else
+            # the per-layer spec, laid on the stacked array, may not divide it)
+            replicated = tuple(l.name for l in leaves[1:] if (
+                mesh == 'none' or l.spec is None or not l.spec.entries) and draw(st.booleans()))
             if replicated and draw(st.booleans()):
                 # as a user writes it: the kernel declared (entry,) on its
                 # stack, the bias () (both () per layer, of the kernel's form)
