@@ -15,9 +15,12 @@
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
 #   make oracle-long  the compatibility oracle on 1,000 fresh random programs
 #               (ORACLE_EXAMPLES=N to change; nightly and before a release)
-#   make clean  remove build/, dist/ and the venvs
-# PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks;
-# scripts/venv makes each venv anew when the pick changes.
+#   make clean  remove build/, dist/ and the venvs make made
+# Make's venvs are its own: .venv-test (VENV=), .venv-demo, .venv-demo-vanilla.
+# scripts/venv marks each one it makes, and never removes or reuses a
+# directory without its mark (a venv of yours stays yours: make stops, saying
+# so). PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python
+# picks; scripts/venv makes each venv anew when the pick changes.
 # Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
 # `== HH:MM:SS <step>: done in 1 min 5 s` after, then for a pytest step
 # pytest's summary line again and one line for the whole run so far (the
@@ -26,7 +29,7 @@
 # steps; 5 min 2 s since HH:MM:SS`, also when a step fails.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
-VENV ?= .venv
+VENV ?= .venv-test
 DEMO_VENV ?= .venv-demo
 DEMO_VANILLA_VENV ?= .venv-demo-vanilla
 PY := $(VENV)/bin/python
@@ -201,5 +204,11 @@ upstream-examples: upstream-tree
 		$(CURDIR)/$(TIMED) 'upstream examples: examples/nnx_toy_examples and examples/gemma' \
 		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
+# Only the venvs make made (scripts/venv's marks): a directory of the same
+# name without them is left, saying so.
 clean:
-	rm -rf build dist $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV)
+	rm -rf build dist
+	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV); do \
+		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
+		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \
+	done
