@@ -38,6 +38,27 @@ def test_timed_keeps_a_failing_exit_code_and_says_so() -> None:
     assert timed('true').stdout.splitlines()[-1].endswith(': done in 0 s')
 
 
+def test_timed_says_a_silent_step_is_still_running() -> None:
+    """A heartbeat line for each interval without output, after the partial
+    line the command left; none while it prints."""
+    result = subprocess.run(
+        [str(TIMED), 'a step', 'sh', '-c', 'printf ...; sleep 2.6; echo; echo done'],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, 'TIMED_HEARTBEAT_SECONDS': '1'})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    beats = [line for line in lines if re.fullmatch(
+        r'== \d\d:\d\d:\d\d a step: still running, \d s so far', line)]
+    assert len(beats) in (1, 2), lines  # the first interval sees output, then silence
+    assert lines[1] == '...' and lines[2] == beats[0], lines
+    assert END.match(lines[-1]), lines
+    quiet = subprocess.run(
+        [str(TIMED), 'a step', 'sh', '-c', 'for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done'],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, 'TIMED_HEARTBEAT_SECONDS': '1'})
+    assert 'still running' not in quiet.stdout, quiet.stdout
+
+
 def recipe_lines(target: str) -> list[str]:
     """What ``make -n <target>`` would run, continuation lines joined."""
     result = subprocess.run(['make', '-n', '--no-print-directory', target],
