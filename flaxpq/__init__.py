@@ -37,7 +37,7 @@ _MIN = '.'.join(map(str, MIN_PYTHON))
 # tests/tooling/test_build_errors.py runs these offline on empty caches).
 NEW_PYTHON_HOWTO = (
     f'`python{_MIN} -m venv .venv`; with pyenv, `"$(pyenv prefix {_MIN})/bin/python" '
-    f'-m venv .venv` (`pyenv install {_MIN}` first if it has none, which downloads it); '
+    f'-m venv .venv` (`pyenv install {_MIN}` first if it has none; that needs the network); '
     f'with uv, given that interpreter: `uv venv --python "$(pyenv prefix {_MIN})/bin/python" '
     f'.venv`, or `uv venv --python "$(command -v python{_MIN})" .venv` without pyenv '
     f'(a uv venv has no pip: install into it with `uv pip install`)'

@@ -20,6 +20,10 @@ import pytest
 from flaxpq.project import REPO_ROOT
 from tests.support.devices import simulated_cpu_env
 
+# One worker runs the module, so the two programs behind ``both`` (minutes of
+# CPU under load) run once per test run, not once per xdist worker.
+pytestmark = pytest.mark.xdist_group('optimizer_rows')
+
 
 def run_rows(vanilla: Path | None) -> dict[str, Any]:
     path = [str(REPO_ROOT)] if vanilla is None else [str(vanilla), str(REPO_ROOT)]
