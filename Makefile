@@ -125,7 +125,7 @@ ORACLE_REPORTS := build/oracle-reports
 our-tests: install
 	rm -rf $(ORACLE_REPORTS)
 	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
-		$(PY) -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider -v -rfEsx \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx \
 		--durations=15 -m 'not slow' tests
 
 slow-tests: install
@@ -168,7 +168,7 @@ UPSTREAM_1DEV_TESTS := tests/nnx/spmd_test.py tests/nnx/optimizer_test.py tests/
 test-1dev: install upstream-tree
 	status=0; \
 	JAX_NUM_CPU_DEVICES=1 $(TIMED) 'our suite but the slow tests, on 1 CPU device' \
-		$(PY) -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider -q -rfEsx \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
 		--durations=5 -m 'not slow' tests || status=$$?; \
 	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 \
 		XLA_FLAGS=--xla_force_host_platform_device_count=4 \
