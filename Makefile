@@ -55,8 +55,11 @@ test-full: test check-hooks slow-tests upstream-tests test-1dev
 demo: demo-install demo-vanilla-install
 	$(DEMO_PY) examples/compare.py --vanilla $(DEMO_VANILLA_VENV)/bin/python --ours $(DEMO_PY)
 
+# BENCH_ARGS go to benchmarks/run.py, e.g. BENCH_ARGS='--program-timeout 3600'
+# on a loaded machine (docs/benchmarks.md).
+BENCH_ARGS ?=
 bench:
-	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python"
+	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python" $(BENCH_ARGS)
 
 # A venv of the Python scripts/find-python picks, with a current pip:
 # $(VENV) for the tests, $(DEMO_VENV) for the demo (scripts/venv makes it
