@@ -1,7 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 8 min 25 s on 2 cores at load 2-10
+#               loop to run often, 16 min 10 s on 2 cores at load 7-14 from a
+#               fresh clone with empty caches, 10 min 6 s of CPU
 #               (docs/maintainers.md, Durations)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
