@@ -31,7 +31,7 @@ PIN = Project().pin()
 PYENV_PYTHON = '"$(pyenv prefix 3.12)/bin/python"'
 
 
-def get_it_blocks() -> list[str]:
+def install_blocks() -> list[str]:
     """The ```bash blocks of the README's "Install" section."""
     return section_blocks('## Install')
 
@@ -72,17 +72,17 @@ def as_this_machine_needs(block: str) -> str:
 
 
 def test_the_readme_has_a_pip_and_a_uv_block_from_a_clone() -> None:
-    pip, uv = get_it_blocks()
+    pip, uv = install_blocks()
     assert 'git+file://$PWD@main' in pip and 'git+file://$PWD@main' in uv
     assert uv.startswith('uv venv --python "$(command -v python3.12)" .venv')
 
 
 @pytest.mark.parametrize('which', ['pip', 'uv'])
-def test_the_get_it_block_installs_this_flax(which: str, tmp_path: Path) -> None:
+def test_the_install_block_installs_this_flax_and_back_to_vanilla_reverts_it(which: str, tmp_path: Path) -> None:
     """One block in a fresh clone: a new venv, one wheel build, flax's
     dependencies from the caches; then ``flax.__version__``; then the
     README's way back to vanilla with the same installer."""
-    block = as_this_machine_needs(get_it_blocks()[['pip', 'uv'].index(which)])
+    block = as_this_machine_needs(install_blocks()[['pip', 'uv'].index(which)])
     clone = tmp_path / 'clone'
     commit = run_ok('git', '-C', REPO_ROOT, 'rev-parse', 'HEAD').strip()
     run_ok('git', 'clone', '--quiet', '--no-checkout', REPO_ROOT, clone)
