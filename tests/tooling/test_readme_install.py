@@ -78,7 +78,9 @@ def test_the_readme_has_a_pip_and_a_uv_block_from_a_clone() -> None:
 
 
 @pytest.mark.parametrize('which', ['pip', 'uv'])
-def test_the_install_block_installs_this_flax_and_back_to_vanilla_reverts_it(which: str, tmp_path: Path) -> None:
+def test_the_install_block_installs_this_flax_and_back_to_vanilla_reverts_it(
+    which: str, tmp_path: Path
+) -> None:
     """One block in a fresh clone: a new venv, one wheel build, flax's
     dependencies from the caches; then ``flax.__version__``; then the
     README's way back to vanilla with the same installer."""
