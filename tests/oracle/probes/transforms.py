@@ -556,17 +556,10 @@ def ensemble_gradients_keep_the_name() -> Report:
 
 # The decorator through NNX's autodiff wrappers under a default nnx.vmap over
 # a stack it names: no `Expected to remove 'a' ...` from the default call.
-# Documented consequence (compatibility.md, "A decorated function behind
-# another wrapper"): nnx.grad's wrapper does not wrap with functools.wraps,
-# so the default nnx.vmap removes the name first and the decorator fails;
-# nnx.remat's does, and runs as on vanilla.
-def behind_grad_consequence(r: Report) -> list[str]:
-    want = "ValueError: Expected to remove 'a' at index 0 from (None, 'b')"
-    return [f'{name}: {r[name]}' for name in ('grad', 'value_and_grad', 'tree_grad')
-            if not str(r[name]).startswith(want)]
-
-
-@probe(fixed=behind_grad_consequence, same=('input', 'values', 'remat'))
+# Series 13: nnx.grad and nnx.value_and_grad keep their wrapped function
+# (functools.wraps), so the default nnx.vmap sees the decorator behind them,
+# as behind nnx.remat, and every one runs as on vanilla.
+@probe()
 def decorator_through_grad_and_remat() -> Report:
     out: Report = {}
     with nnx.use_eager_sharding(False):
