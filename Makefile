@@ -1,7 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 8 min 25 s on 2 cores at load 2-10
+#               loop to run often, 20 min 35 s on 2 cores at load 6-13 from a
+#               fresh clone with empty caches, 11 min 49 s of CPU
 #               (docs/maintainers.md, Durations)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
@@ -15,9 +16,12 @@
 #   make bench  benchmarks/: ours vs vanilla flax 0.12.12, in their own venvs
 #   make oracle-long  the compatibility oracle on 1,000 fresh random programs
 #               (ORACLE_EXAMPLES=N to change; nightly and before a release)
-#   make clean  remove build/, dist/ and the venvs
-# PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python picks;
-# scripts/venv makes each venv anew when the pick changes.
+#   make clean  remove build/, dist/ and the venvs make made
+# Make's venvs are its own: .venv-test (VENV=), .venv-demo, .venv-demo-vanilla.
+# scripts/venv marks each one it makes, and never removes or reuses a
+# directory without its mark (a venv of yours stays yours: make stops, saying
+# so). PYTHON=/path/to/python3.12 overrides the interpreter scripts/find-python
+# picks; scripts/venv makes each venv anew when the pick changes.
 # Each long step runs under scripts/timed: a `== HH:MM:SS <step>` line before,
 # `== HH:MM:SS <step>: done in 1 min 5 s` after, then for a pytest step
 # pytest's summary line again and one line for the whole run so far (the
@@ -26,7 +30,7 @@
 # steps; 5 min 2 s since HH:MM:SS`, also when a step fails.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
-VENV ?= .venv
+VENV ?= .venv-test
 DEMO_VENV ?= .venv-demo
 DEMO_VANILLA_VENV ?= .venv-demo-vanilla
 PY := $(VENV)/bin/python
@@ -52,8 +56,11 @@ test-full: test check-hooks slow-tests upstream-tests test-1dev
 demo: demo-install demo-vanilla-install
 	$(DEMO_PY) examples/compare.py --vanilla $(DEMO_VANILLA_VENV)/bin/python --ours $(DEMO_PY)
 
+# BENCH_ARGS go to benchmarks/run.py, e.g. BENCH_ARGS='--program-timeout 3600'
+# on a loaded machine (docs/benchmarks.md).
+BENCH_ARGS ?=
 bench:
-	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python"
+	python=$$(scripts/find-python); "$$python" benchmarks/run.py --python "$$python" $(BENCH_ARGS)
 
 # A venv of the Python scripts/find-python picks, with a current pip:
 # $(VENV) for the tests, $(DEMO_VENV) for the demo (scripts/venv makes it
@@ -122,7 +129,7 @@ ORACLE_REPORTS := build/oracle-reports
 our-tests: install
 	rm -rf $(ORACLE_REPORTS)
 	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
-		$(PY) -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider -v -rfEsx \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx \
 		--durations=15 -m 'not slow' tests
 
 slow-tests: install
@@ -165,7 +172,7 @@ UPSTREAM_1DEV_TESTS := tests/nnx/spmd_test.py tests/nnx/optimizer_test.py tests/
 test-1dev: install upstream-tree
 	status=0; \
 	JAX_NUM_CPU_DEVICES=1 $(TIMED) 'our suite but the slow tests, on 1 CPU device' \
-		$(PY) -m pytest -n $(WORKERS) --dist loadgroup -p no:cacheprovider -q -rfEsx \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
 		--durations=5 -m 'not slow' tests || status=$$?; \
 	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 \
 		XLA_FLAGS=--xla_force_host_platform_device_count=4 \
@@ -201,5 +208,11 @@ upstream-examples: upstream-tree
 		$(CURDIR)/$(TIMED) 'upstream examples: examples/nnx_toy_examples and examples/gemma' \
 		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
+# Only the venvs make made (scripts/venv's marks): a directory of the same
+# name without them is left, saying so.
 clean:
-	rm -rf build dist $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV)
+	rm -rf build dist
+	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV); do \
+		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
+		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \
+	done

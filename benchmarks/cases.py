@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
+# Seconds one measured program may run (--program-timeout); the instruction
+# counts get this per case they count (run_instructions).
 PROGRAM_TIMEOUT = 1800
 
 # (label, interpreter key, variant). Vanilla without the workaround may raise;
@@ -64,6 +66,7 @@ class Config:
     workers: int           # programs run at once (timings need 1)
     instruction_cases: tuple[str, ...]  # 'layers[:groups]' counted under callgrind
     instruction_repeats: int
+    program_timeout: int = PROGRAM_TIMEOUT  # seconds per measured program
 
 
 FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
@@ -129,6 +132,27 @@ def plan(config: Config) -> list[Case]:
     return cases
 
 
+def sections(config: Config) -> list[tuple[str, list[Case]]]:
+    """The cases of ``plan(config)`` in the sections that run one after the
+    other, each named by the results table it fills: ``memory``,
+    ``collectives``, ``overhead`` (one stack), ``variable_scaling`` (several);
+    in smoke mode one section, ``programs``, since it runs every case of an
+    interpreter in one process."""
+    cases = plan(config)
+    if not config.one_process_per_case:
+        return [('programs', cases)]
+    named: dict[str, list[Case]] = {}
+    for case in cases:
+        named.setdefault(section_of(case), []).append(case)
+    return list(named.items())
+
+
+def section_of(case: Case) -> str:
+    if case.program != 'overhead':
+        return case.program
+    return 'variable_scaling' if case.groups > 1 else 'overhead'
+
+
 def program_options(program: str, config: Config) -> dict[str, Any]:
     if program == 'overhead':
         return {'width': config.overhead_width, 'repeats': config.repeats,
@@ -137,15 +161,17 @@ def program_options(program: str, config: Config) -> dict[str, Any]:
 
 
 def run_program(python: str, program: str, prefix: tuple[str, ...] = (),
-                env: dict[str, str] | None = None, **options: Any) -> list[dict[str, Any]]:
-    """Run ``benchmarks/<program>.py`` under ``python`` (after ``prefix``); its JSON lines."""
+                env: dict[str, str] | None = None, timeout: float = PROGRAM_TIMEOUT,
+                **options: Any) -> list[dict[str, Any]]:
+    """Run ``benchmarks/<program>.py`` under ``python`` (after ``prefix``); its
+    JSON lines. ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
     env = dict(os.environ, JAX_PLATFORMS='cpu',
                XLA_FLAGS='--xla_force_host_platform_device_count=8', **(env or {}))
     command = [*prefix, python, str(BENCH_DIR / f'{program}.py')]
     for name, value in options.items():
         command += [f'--{name.replace("_", "-")}', str(value)]
     completed = subprocess.run(command, env=env, cwd=BENCH_DIR, capture_output=True,
-                               text=True, timeout=PROGRAM_TIMEOUT)
+                               text=True, timeout=timeout)
     lines = [line for line in completed.stdout.splitlines() if line.startswith('{')]
     if completed.returncode != 0 or not lines:
         raise RuntimeError(f'{" ".join(command)} exited {completed.returncode}:\n'
@@ -170,10 +196,12 @@ def run_cases(cases: list[Case], pythons: dict[str, str], config: Config,
         if len(group) == 1:
             case = group[0]
             output = run_program(python, case.program, cases=case.spec,
+                                 timeout=config.program_timeout,
                                  **program_options(case.program, config))
         else:
             spec = ','.join(f'{case.program}:{case.spec}' for case in group)
             output = run_program(python, 'batch', cases=spec, width=config.width,
+                                 timeout=config.program_timeout * len(group),
                                  overhead_width=config.overhead_width,
                                  repeats=config.repeats, warmup=config.warmup)
         if progress:
@@ -233,6 +261,7 @@ def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
             cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
             rows = run_program(pythons[key], 'instructions', prefix=prefix,
                                env={'PYTHONHASHSEED': '0'}, cases=cases,
+                               timeout=config.program_timeout * len(config.instruction_cases),
                                width=config.overhead_width,
                                repeats=config.instruction_repeats, warmup=1, out_dir=out_dir,
                                marks=marks)

@@ -20,17 +20,20 @@ INSTRUCTION_TARGETS = {'create': 1.03, 'scan_trace': 1.03, 'optimizer': 1.00}
 
 
 def tables(measured: dict[Case, dict[str, Any]]) -> dict[str, Any]:
-    """The results' tables of the measured cases: versions, memory, collectives,
-    overhead, scaling with the number of Variables and its growth."""
+    """The results' tables of the cases measured so far: versions, memory,
+    collectives, overhead, scaling with the number of Variables and, once
+    two sizes of it are measured, its growth."""
     scaling = overhead_table(measured, grouped=True)
-    return {
+    result = {
         'versions': {case.interpreter: row['versions'] for case, row in measured.items()},
         'memory': memory_rows(measured),
         'collectives': [row for case, row in measured.items() if case.program == 'collectives'],
         'overhead': overhead_table(measured),
         'variable_scaling': scaling,
-        'variable_growth': growth(scaling),
     }
+    if len(scaling) >= 2:
+        result['variable_growth'] = growth(scaling)
+    return result
 
 
 def memory_rows(results: dict[Case, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -157,13 +160,15 @@ def _print_timings(table: dict[str, Any]) -> None:
         print(f'{layers:>5s} {ours["variables"]:4d} ' + ' '.join(f'{c:>36s}' for c in cells))
 
 
-def print_report(results: dict[str, Any]) -> None:
-    config = results['config']
+def print_header(results: dict[str, Any]) -> None:
     print(f'\n== {results["mode"]} mode, {results["date"]}, '
           f'{results["machine"]["nproc"]} cores, {results["machine"]["cpu"]}')
-    for key, versions in results['versions'].items():
+    for key, versions in results.get('versions', {}).items():
         print(f'   {key}: ' + ', '.join(f'{n} {v}' for n, v in versions.items()))
 
+
+def print_memory(results: dict[str, Any]) -> None:
+    config = results['config']
     print(f'\n1. Optimizer-state bytes per device (adam, d={config["width"]}, '
           'mesh 2x4 fsdp x tensor)')
     print(f'{"run":26s} {"L":>4s} {"ideal":>10s} {"shards":>10s} {"ratio":>6s} '
@@ -179,7 +184,9 @@ def print_report(results: dict[str, Any]) -> None:
               f'{row.get("compiled_ratio", float("nan")):6.3f} '
               f'{row["mismatched_leaves"]:4d}  {row["state_spec"]}')
 
-    print(f'\n2. Collectives in the compiled train step (L={config["layers"]}, '
+
+def print_collectives(results: dict[str, Any]) -> None:
+    print(f'\n2. Collectives in the compiled train step (L={results["config"]["layers"]}, '
           f'static count in HLO)')
     print(f'{"run":26s} {"count":>6s} {"bytes":>10s}  detail (count x / result bytes)')
     for row in results['collectives']:
@@ -189,15 +196,23 @@ def print_report(results: dict[str, Any]) -> None:
         print(f'{row["label"]:26s} {row["total_count"]:6d} {row["total_bytes"]:10d}  '
               f'{_collective_summary(row)}')
 
+
+def print_overhead(results: dict[str, Any]) -> None:
+    config = results['config']
     runs = config['repeats'] * config['rounds']
     print(f'\n3-4. Overhead, median of {runs} runs: wall s ours/vanilla+workaround, '
           'ratio; (ratio of minima; ratio of median CPU times)')
     _print_timings(results['overhead'])
 
+
+def print_scaling(results: dict[str, Any]) -> None:
     print(f'\n4. Scaling with the number of Variables: L layers in stacks of '
-          f'{config["group_size"]} (one nnx.vmap and one nnx.scan per stack), same columns')
+          f'{results["config"]["group_size"]} (one nnx.vmap and one nnx.scan per stack), '
+          'same columns')
     _print_timings(results['variable_scaling'])
-    grown = results['variable_growth']
+    grown = results.get('variable_growth')
+    if grown is None:
+        return
     counts = grown['ours']['variables']
     print(f'growth with Variables ({", ".join(map(str, counts))}), ours / vanilla+workaround: '
           f'exponent k of t ~ V**k from {counts[0]} to {counts[-1]} [from {counts[-2]}]; '
@@ -208,20 +223,47 @@ def print_report(results: dict[str, Any]) -> None:
               f'{vanilla["exponent"]:4.2f} [{vanilla["upper_exponent"]:4.2f}]   '
               f'{1e3 * ours["per_variable"]:8.3f} / {1e3 * vanilla["per_variable"]:8.3f} '
               f'= {grown["per_variable_ratios"][name]:4.2f}')
+
+
+def print_instructions(results: dict[str, Any]) -> None:
+    config = results['config']
     instructions = results['instructions']
     print('\n5. Instructions of the main thread under callgrind (median of '
           f'{config["instruction_repeats"]}, millions): ours/vanilla+workaround, ratio')
     if 'skipped' in instructions:
         print(f'   skipped: {instructions["skipped"]}')
-    else:
-        print(f'{"case":>6s} {"vars":>4s} ' + ' '.join(f'{name:>24s}' for name in INSTRUCTIONS))
-        for case in config['instruction_cases']:
-            entry = instructions[case]
-            ours, vanilla = entry['ours'], entry['vanilla+workaround']
-            cells = [f'{statistics.median(ours["instructions"][n]) / 1e6:.1f}/'
-                     f'{statistics.median(vanilla["instructions"][n]) / 1e6:.1f} '
-                     f'{entry["ratios"][n]:5.3f}' for n in INSTRUCTIONS]
-            print(f'{case:>6s} {ours["variables"]:4d} ' + ' '.join(f'{c:>24s}' for c in cells))
+        return
+    print(f'{"case":>6s} {"vars":>4s} ' + ' '.join(f'{name:>24s}' for name in INSTRUCTIONS))
+    for case in config['instruction_cases']:
+        entry = instructions[case]
+        ours, vanilla = entry['ours'], entry['vanilla+workaround']
+        cells = [f'{statistics.median(ours["instructions"][n]) / 1e6:.1f}/'
+                 f'{statistics.median(vanilla["instructions"][n]) / 1e6:.1f} '
+                 f'{entry["ratios"][n]:5.3f}' for n in INSTRUCTIONS]
+        print(f'{case:>6s} {ours["variables"]:4d} ' + ' '.join(f'{c:>24s}' for c in cells))
+
+
+# The printout of each section of a run (cases.sections, and the instruction
+# counts), once its figures are in the results.
+SECTION_PRINTERS = {
+    'memory': (print_memory,),
+    'collectives': (print_collectives,),
+    'overhead': (print_overhead,),
+    'variable_scaling': (print_scaling,),
+    'programs': (print_memory, print_collectives, print_overhead, print_scaling),
+    'instructions': (print_instructions,),
+}
+
+
+def print_section(name: str, results: dict[str, Any]) -> None:
+    for printer in SECTION_PRINTERS[name]:
+        printer(results)
+
+
+def print_report(results: dict[str, Any]) -> None:
+    print_header(results)
+    for name in ('programs', 'instructions'):
+        print_section(name, results)
     print('\nTargets:' + (' (smoke mode: the timing targets mean nothing)'
                          if results['mode'] == 'smoke' else ''))
     for name, met in results['checks'].items():

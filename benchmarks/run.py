@@ -2,10 +2,13 @@
 
 The driver: it runs the same measured programs under two interpreters
 (``environments.py`` makes or reuses them), case by case (``cases.py``),
-then prints tables of the figures, ratios and targets (``report.py``) and
-writes everything to
-``build/bench/results.json`` (``results-smoke.json`` with ``--smoke``). See
-``docs/benchmarks.md``.
+section by section (memory, collectives, overhead, scaling with the number
+of Variables, instruction counts). As each section completes, its table is
+printed and the results so far are written to ``build/bench/results.json``
+(``results-smoke.json`` with ``--smoke``); a section that fails or runs past
+``--program-timeout`` stops the run, which says which section and keeps the
+figures of those before it. At the end come the figures' targets
+(``report.py``). See ``docs/benchmarks.md``.
 
 ``--ours-python`` / ``--vanilla-python`` use existing interpreters instead
 of the venvs.
@@ -13,6 +16,7 @@ of the venvs.
 Usage::
 
     python benchmarks/run.py [--smoke] [--ours-python P --vanilla-python P]
+                             [--program-timeout SECONDS]
 
 ``run_smoke(ours_python, vanilla_python)`` runs the smoke mode from Python
 (for a test) and returns the results; it raises ``RuntimeError`` if a program
@@ -22,25 +26,84 @@ that must succeed fails.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report import checks, print_report, tables
-from cases import FULL, SMOKE, Config, plan, run_cases, run_instructions
+from report import checks, print_header, print_report, print_section, tables
+from cases import (FULL, PROGRAM_TIMEOUT, SMOKE, Case, Config, run_cases, run_instructions,
+                   sections)
 from environments import BUILD, ensure_venvs, machine
 # What tests/e2e/test_benchmarks_smoke.py uses of the instruction counting.
 from cases import CALLGRIND, compile_marks, instructions_unavailable  # noqa: F401
 
+# One section of a run: its name and what measures it, returning the keys it
+# adds to the results.
+Section = tuple[str, Callable[[], dict[str, Any]]]
+
+
+class SectionFailed(RuntimeError):
+    """A section raised or timed out; the results keep the sections before it."""
+
+    def __init__(self, section: str, error: BaseException) -> None:
+        super().__init__(f'section {section} failed: {type(error).__name__}: {error}')
+        self.section = section
+
+
+def measure_sections(steps: list[Section], results: dict[str, Any],
+                     output: Path | None, report: bool) -> None:
+    """Run ``steps`` in order, adding each one's figures to ``results``.
+
+    After each, ``results`` (with ``sections_done``) is written to ``output``
+    and, with ``report``, the section's table printed. When one raises (a
+    program's ``subprocess.TimeoutExpired`` too), ``results`` is written with
+    ``failed`` naming it, the figures so far are printed, and
+    :class:`SectionFailed` raised.
+    """
+    results.setdefault('sections_done', [])
+    for name, measure in steps:
+        start = time.perf_counter()
+        try:
+            results.update(measure())
+        except Exception as error:
+            failure = SectionFailed(name, error)
+            results['failed'] = {'section': name, 'error': str(failure),
+                                 'seconds': time.perf_counter() - start}
+            write(results, output)
+            if report:
+                print(f'\n== {failure} after {time.perf_counter() - start:.0f} s; '
+                      f'the figures of the sections before it '
+                      f'({", ".join(results["sections_done"]) or "none"}):', flush=True)
+                for done in results['sections_done']:
+                    print_section(done, results)
+                if output is not None:
+                    print(f'saved in {output}', flush=True)
+            raise failure from error
+        results['sections_done'].append(name)
+        write(results, output)
+        if report:
+            print(f'\n== section {name}: done in {time.perf_counter() - start:.0f} s'
+                  + (f', saved in {output}' if output is not None else ''))
+            print_section(name, results)
+            sys.stdout.flush()
+
+
+def write(results: dict[str, Any], output: Path | None) -> None:
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2) + '\n')
+
 
 def run(config: Config, ours_python: str, vanilla_python: str,
         output: Path | None = None, report: bool = True) -> dict[str, Any]:
-    """Run every benchmark of ``config``; the results (also written to ``output``)."""
+    """Run every benchmark of ``config``; the results (also written to
+    ``output``, section by section). :class:`SectionFailed` if one fails."""
     start = time.perf_counter()
     # Absolute (programs run in benchmarks/) but not resolved: a venv's python
     # is a symlink to the base interpreter.
@@ -51,21 +114,32 @@ def run(config: Config, ours_python: str, vanilla_python: str,
         'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'machine': machine(),
         'interpreters': pythons,
-        'config': asdict(config),
+        'config': dataclasses.asdict(config),
     }
-    results.update(tables(run_cases(plan(config), pythons, config, progress=report)))
-    if config.instruction_cases:
-        results['instructions'] = run_instructions(pythons, config)
+    if report:
+        print_header(results)
+    measured: dict[Case, dict[str, Any]] = {}
+
+    def programs(cases: list[Case]) -> Callable[[], dict[str, Any]]:
+        def measure() -> dict[str, Any]:
+            measured.update(run_cases(cases, pythons, config, progress=report))
+            return tables(measured)
+        return measure
+
+    def instructions() -> dict[str, Any]:
+        if not config.instruction_cases:
+            return {'instructions': {'skipped': 'no instruction_cases in this mode'}}
+        counted = run_instructions(pythons, config)
         if report:
-            print(f'  {results["instructions"].get("seconds", 0):6.1f} s  instructions '
+            print(f'  {counted.get("seconds", 0):6.1f} s  instructions '
                   '(callgrind, both interpreters at once)', file=sys.stderr, flush=True)
-    else:
-        results['instructions'] = {'skipped': 'no instruction_cases in this mode'}
+        return {'instructions': counted}
+
+    steps: list[Section] = [(name, programs(cases)) for name, cases in sections(config)]
+    measure_sections([*steps, ('instructions', instructions)], results, output, report)
     results['checks'] = checks(results)
     results['elapsed_seconds'] = time.perf_counter() - start
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2) + '\n')
+    write(results, output)
     if report:
         print_report(results)
     return results
@@ -86,14 +160,21 @@ def main(argv: list[str] | None = None) -> int:
                         help='base interpreter for the venvs (Python >= 3.12)')
     parser.add_argument('--rebuild', action='store_true', help='recreate the venvs')
     parser.add_argument('--output', type=Path, help='results JSON path')
+    parser.add_argument('--program-timeout', type=int, default=PROGRAM_TIMEOUT,
+                        help='seconds one measured program may run (the instruction '
+                             f'counts: this per case they count; default {PROGRAM_TIMEOUT})')
     args = parser.parse_args(argv)
-    config = SMOKE if args.smoke else FULL
+    config = dataclasses.replace(SMOKE if args.smoke else FULL,
+                                 program_timeout=args.program_timeout)
     ours, vanilla = args.ours_python, args.vanilla_python
     if ours is None or vanilla is None:
         built_ours, built_vanilla = ensure_venvs(args.python, args.rebuild)
         ours, vanilla = ours or built_ours, vanilla or built_vanilla
     output = args.output or BUILD / ('results-smoke.json' if args.smoke else 'results.json')
-    run(config, ours, vanilla, output=output)
+    try:
+        run(config, ours, vanilla, output=output)
+    except SectionFailed:
+        return 1
     print(f'wrote {output}')
     return 0
 

@@ -30,14 +30,17 @@ import sys
 MIN_PYTHON = (3, 12)  # upstream flax's Requires-Python (0.12.12: >=3.12)
 _MIN = '.'.join(map(str, MIN_PYTHON))
 # How to get such a venv, also where `python3.12` is a pyenv shim that fails
-# unless 3.12 is selected, and offline: uv is given the interpreter, since
-# `uv venv --python 3.12` stops at such a shim or downloads a CPython of its
-# own (README.md, "Get it"; tests/tooling/test_build_errors.py runs these).
+# unless 3.12 is selected, and offline: uv is given the interpreter's path,
+# since `uv venv --python 3.12` stops at such a shim or downloads a CPython of
+# its own, and no `--seed`, which needs pip in uv's cache or the index; a uv
+# venv has no pip, `uv pip install` fills it (README.md, "Install";
+# tests/tooling/test_build_errors.py runs these offline on empty caches).
 NEW_PYTHON_HOWTO = (
     f'`python{_MIN} -m venv .venv`; with pyenv, `"$(pyenv prefix {_MIN})/bin/python" '
-    f'-m venv .venv` (`pyenv install {_MIN}` first if it has none); with uv, '
-    f'given that interpreter: `uv venv --seed --python "$(pyenv prefix {_MIN})/bin/python" '
-    f'.venv`, or `uv venv --seed --python python{_MIN} .venv` without pyenv'
+    f'-m venv .venv` (`pyenv install {_MIN}` first if it has none; that needs the network); '
+    f'with uv, given that interpreter: `uv venv --python "$(pyenv prefix {_MIN})/bin/python" '
+    f'.venv`, or `uv venv --python "$(command -v python{_MIN})" .venv` without pyenv '
+    f'(a uv venv has no pip: install into it with `uv pip install`)'
 )
 
 

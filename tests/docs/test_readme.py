@@ -1,8 +1,9 @@
 """The README's copies of outputs are what the programs print.
 
 Its opening error block is what vanilla flax 0.12.12 prints for the Quick
-start, and its copy of ``make demo``'s table is what ``examples/compare.py``
-prints for vanilla (the registry's wheel) and ours (this venv). ``...`` in a
+start, and the maintainers' guide's copy of ``make demo``'s table is what
+``examples/compare.py`` prints for vanilla (the registry's wheel) and ours
+(this venv). ``...`` in a
 copy elides what varies (``tests/docs/elide.py``). The duration table's guard
 is in ``tests/docs/test_durations.py``.
 """
@@ -21,6 +22,7 @@ from flaxpq.project import REPO_ROOT
 from tests.docs.elide import assert_matches
 
 README = (REPO_ROOT / 'README.md').read_text()
+MAINTAINERS = (REPO_ROOT / 'docs' / 'maintainers.md').read_text()
 DEVICE_VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS', 'JAX_NUM_CPU_DEVICES')
 TRACEBACK = 'Traceback (most recent call last):'
 # A line of Python's warnings module: "path:line: SomeWarning: message".
@@ -53,11 +55,11 @@ def test_warnings_before_the_traceback_are_dropped_and_nothing_else() -> None:
     assert from_the_traceback('something else\n' + error) == 'something else\n' + error
 
 
-def block_after(heading: str, fence: str) -> str:
+def block_after(heading: str, fence: str, text: str = README) -> str:
     """The first ```fence block after the line matching ``heading``."""
-    match = re.search(heading + r'.*?^```' + fence + r'\n(.*?)^```$', README,
+    match = re.search(heading + r'.*?^```' + fence + r'\n(.*?)^```$', text,
                       re.MULTILINE | re.DOTALL)
-    assert match, f'no ```{fence} block after {heading!r} in README.md'
+    assert match, f'no ```{fence} block after {heading!r}'
     return match[1]
 
 
@@ -83,7 +85,7 @@ def test_the_opening_error_is_what_vanilla_prints_for_the_quick_start(
 @pytest.mark.slow
 def test_the_demo_table_is_what_make_demo_prints(vanilla_python: str) -> None:
     """``make demo``'s last step with this venv as ours (``make demo`` adds venvs)."""
-    copy = block_after(r'^`make demo` prints', 'text')
+    copy = block_after(r'^`make demo` prints', 'text', MAINTAINERS)
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'examples' / 'compare.py'),
          '--vanilla', vanilla_python, '--ours', sys.executable],

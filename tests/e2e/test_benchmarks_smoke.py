@@ -9,6 +9,7 @@ two at once, and counts no instructions (jax under valgrind takes minutes);
 the callgrind counting itself is checked on a small program without jax,
 where valgrind and gcc are installed. The accelerator's train-step benchmark
 (``benchmarks/train_step.py``) runs at its small size on the devices present.
+A run that fails in a section keeps, prints and saves the sections before it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,57 @@ import pytest
 from flaxpq.project import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / 'benchmarks'))
+import cases  # noqa: E402
 import run as bench  # noqa: E402
 import train_step  # noqa: E402
+
+
+def test_a_section_that_times_out_keeps_the_figures_measured_before_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each section's figures are saved and printed as it completes; the one
+    that times out is named, the figures before it printed again and kept in
+    the results file, and no later section runs."""
+    monkeypatch.setattr(bench, 'print_section',
+                        lambda name, results: print(f'table {name}: {results[name]}'))
+    ran = []
+
+    def timed_out() -> dict[str, object]:
+        raise subprocess.TimeoutExpired(['python', 'collectives.py'], 5)
+
+    steps: list[bench.Section] = [
+        ('memory', lambda: {'memory': [1, 2]}),
+        ('collectives', timed_out),
+        ('overhead', lambda: ran.append('overhead') or {'overhead': {}}),
+    ]
+    output = tmp_path / 'build' / 'results.json'
+    with pytest.raises(bench.SectionFailed) as failed:
+        bench.measure_sections(steps, {'mode': 'full'}, output, report=True)
+    assert failed.value.section == 'collectives' and not ran
+    saved = json.loads(output.read_text())
+    assert saved['memory'] == [1, 2] and saved['sections_done'] == ['memory'], saved
+    assert saved['failed']['section'] == 'collectives', saved
+    assert 'TimeoutExpired' in saved['failed']['error'], saved
+    printed = capsys.readouterr().out
+    assert printed.count('table memory: [1, 2]') == 2, printed  # when done, and at the failure
+    assert '== section collectives failed: TimeoutExpired' in printed, printed
+    assert f'saved in {output}' in printed, printed
+
+
+def test_the_full_runs_sections_hold_every_case_in_plan_order() -> None:
+    named = cases.sections(cases.FULL)
+    assert [name for name, _ in named] == ['memory', 'collectives', 'overhead',
+                                           'variable_scaling']
+    assert [case for _, part in named for case in part] == cases.plan(cases.FULL)
+    assert [name for name, _ in cases.sections(cases.SMOKE)] == ['programs']
+
+
+def test_the_program_timeout_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    monkeypatch.setattr(bench, 'run', lambda config, *args, **kwargs: seen.append(config))
+    bench.main(['--ours-python', 'o', '--vanilla-python', 'v', '--output', '/dev/null',
+                '--program-timeout', '7200'])
+    assert seen[0].program_timeout == 7200 and seen[0].mode == 'full', seen
 
 
 @pytest.mark.slow

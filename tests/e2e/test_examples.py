@@ -6,8 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from flaxpq.project import REPO_ROOT, Project
 from tests.support.devices import user_env
+
+pytestmark = pytest.mark.slow  # whole programs, half a minute of CPU each
 
 
 def run_example(name: str) -> str:

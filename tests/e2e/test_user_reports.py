@@ -25,7 +25,8 @@ def run(name: str, **kwargs: object) -> dict:
 
 @pytest.mark.parametrize('axis_type', ['auto', 'explicit'])
 @pytest.mark.parametrize('layers', [1, 3, 4])
-@pytest.mark.parametrize('under_jit', [False, True])
+# Under nnx.jit, the same six in make test-full (slow): each compiles afresh.
+@pytest.mark.parametrize('under_jit', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_vmap_stack_then_optimizer(layers: int, axis_type: str, under_jit: bool) -> None:
     """L=1 and L=3 crashed, L=4 (divisible by 'tensor') silently mis-sharded."""
     report = run('vmap_stack_with_optimizer', layers=layers,

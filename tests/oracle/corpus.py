@@ -234,9 +234,9 @@ ROWS += [
             consumers=('partition_spec', 'eval_shape', 'train_step'), optimizer='sgd'),
 ]
 
-# Series 12 (issue 47, "Tests that would have found these"; the random
-# programs draw these too). A read-only pass over each spec form vanilla
-# accepts changes nothing; jax.P with unreduced or reduced axes and a
+# Each spec form vanilla accepts, through the transforms of series 12 (the
+# random programs draw these too). A read-only pass over each form changes
+# nothing; jax.P with unreduced or reduced axes and a
 # NamedSharding go mesh-less (eager sharding fails on both flaxes on a mesh).
 FORMS_12 = {
     'one entry': Spec('tuple', ('a',)), '(None,)': Spec('tuple', (None,)),

@@ -1,5 +1,7 @@
 """README and docs cells that say what vanilla does, produced by running vanilla.
 
+The probes keep their ``readme.`` names, which docs/compatibility.md cites.
+
 - the probes of ``tests/oracle/probes/readme.py``: each side's report is
   asserted exactly (vanilla's is the README's vanilla cell);
 - ``tests/e2e/test_user_reports.py`` says which of its tests fail on vanilla:
@@ -28,7 +30,8 @@ NOT_IN_MESH = ['ValueError', "Resource axis: layers of P('layers', 'a', 'b') is 
 # Per probe: (vanilla's report, ours' report).
 TUPLE = lambda *entries: {'form': 'tuple', 'entries': list(entries)}  # noqa: E731
 CLAIMS: dict[str, tuple[Any, Any]] = {
-    # README, "What changes": nnx.vmap(spmd_axis_name='a'). Vanilla leaves the
+    # docs/compatibility.md, "Metadata never moves data" (the README: transforms
+    # move no data): nnx.vmap(spmd_axis_name='a'). Vanilla leaves the
     # metadata per-layer (no entry for the stacked axis); the array is sharded
     # along 'a' on Auto meshes only (JAX batches sharding constraints there).
     # Ours gives the metadata the entry and moves nothing: arrays as vanilla.
@@ -38,8 +41,9 @@ CLAIMS: dict[str, tuple[Any, Any]] = {
         {'auto': {'out_sharding': TUPLE('a', None, 'b'), 'sharding': ['a', None, 'b']},
          'explicit': {'out_sharding': TUPLE('a', None, 'b'),
                       'sharding': [None, None, 'b']}}),
-    # README, Compatibility: bridge.ToNNX over a stack named 'layers' (not a
-    # mesh axis) runs on vanilla; ours raises what creating that Variable raises.
+    # docs/compatibility.md, Linen over bridge.ToLinen: bridge.ToNNX over a
+    # stack named 'layers' (not a mesh axis) runs on vanilla; ours raises what
+    # creating that Variable raises.
     'readme.to_nnx_of_stack_named_without_mesh_axis': (
         {'to_nnx': None, 'variable': NOT_IN_MESH},
         {'to_nnx': NOT_IN_MESH, 'variable': NOT_IN_MESH}),

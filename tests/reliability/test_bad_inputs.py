@@ -40,12 +40,10 @@ from flax import nnx  # noqa: E402
 from tests.support import scenarios  # noqa: E402
 from tests.support.devices import CPU_DEVICES, simulated_cpu_env  # noqa: E402
 from tests.support.scenarios import exact_mesh  # noqa: E402
+from tests.support.shared import computed_once  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AXES = ('fsdp', 'tensor')
-# One pytest-xdist worker runs the module (make test: --dist loadgroup), so the
-# two module fixtures, half a minute of CPU each, are computed once.
-pytestmark = pytest.mark.xdist_group('bad_inputs')
 Snapshot = dict[tuple[Any, ...], tuple[Any, ...]]
 Outcome = dict[str, str]
 
@@ -433,13 +431,18 @@ DIFFERS_FROM_VANILLA = {
 
 
 @pytest.fixture(scope='module')
-def ours() -> dict[str, Outcome]:
-    """Outcomes on ours; a good model and optimizer next to them stay unchanged."""
+def ours(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Outcomes on ours; a good model and optimizer next to them stay unchanged.
+    Computed once per test run (half a minute of CPU), shared by the workers."""
     if jax.device_count() != CPU_DEVICES:
         pytest.skip(f'{jax.device_count()} devices: the cases and the outcomes the page '
                     f'quotes are those of {CPU_DEVICES} devices (2x4 and 2x2x2 meshes, '
                     'axes of size 2 that 3 rows do not divide); vanilla runs them on '
                     f'{CPU_DEVICES} simulated CPU devices')
+    return computed_once('bad-inputs-ours', outcomes_on_ours, tmp_path_factory)
+
+
+def outcomes_on_ours() -> dict[str, Outcome]:
     with jax.set_mesh(mesh_2x4()):
         model = scenarios.stacked_blocks(4, 16)
         optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
@@ -638,16 +641,21 @@ def test_sharding_errors_carry_a_note_naming_the_variable(
 
 
 @pytest.fixture(scope='module')
-def vanilla(vanilla_flax: Path) -> dict[str, Outcome]:
-    """The same cases under vanilla flax 0.12.12, in one subprocess."""
-    env = simulated_cpu_env(PYTHONPATH=os.pathsep.join([str(vanilla_flax), str(REPO_ROOT)]))
-    result = subprocess.run(
-        [sys.executable, '-m', 'tests.reliability.test_bad_inputs'], cwd=REPO_ROOT,
-        env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report['flax_version'] == '0.12.12'
-    return report['outcomes']
+def vanilla(vanilla_flax: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, Outcome]:
+    """The same cases under vanilla flax 0.12.12, in one subprocess, once per
+    test run (shared by the workers)."""
+    def outcomes() -> dict[str, Outcome]:
+        env = simulated_cpu_env(
+            PYTHONPATH=os.pathsep.join([str(vanilla_flax), str(REPO_ROOT)]))
+        result = subprocess.run(
+            [sys.executable, '-m', 'tests.reliability.test_bad_inputs'], cwd=REPO_ROOT,
+            env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert report['flax_version'] == '0.12.12'
+        return report['outcomes']
+    return computed_once('bad-inputs-vanilla', outcomes, tmp_path_factory)
 
 
 @pytest.mark.parametrize('case', sorted(set(CASES) - set(DIFFERS_FROM_VANILLA)))

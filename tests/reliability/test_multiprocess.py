@@ -75,6 +75,7 @@ def _shardings(report: dict) -> dict:
     return {key: report.get(key) for key in keys}
 
 
+@pytest.mark.slow
 def test_two_processes_match_single_process(tmp_path: Path) -> None:
     if jax.device_count() != 8:
         pytest.skip(f'{jax.device_count()} devices: the two processes are compared with '

@@ -19,6 +19,7 @@ import pytest
 
 from flaxpq.project import REPO_ROOT
 from tests.support.devices import simulated_cpu_env
+from tests.support.shared import computed_once
 
 
 def run_rows(vanilla: Path | None) -> dict[str, Any]:
@@ -32,8 +33,12 @@ def run_rows(vanilla: Path | None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope='module')
-def both(vanilla_flax: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    return run_rows(vanilla_flax), run_rows(None)
+def both(vanilla_flax: Path, tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rows on vanilla and on ours (a minute of CPU), once per test run."""
+    vanilla, ours = computed_once(
+        'optimizer-rows', lambda: [run_rows(vanilla_flax), run_rows(None)], tmp_path_factory)
+    return vanilla, ours
 
 
 def same_error(vanilla: dict[str, Any], ours: dict[str, Any]) -> None:

@@ -190,11 +190,13 @@ def venv_commands() -> list[tuple[str, bool]]:
     return commands
 
 
-def test_the_venv_advice_works_with_pyenv_and_no_python_downloads(tmp_path: Path) -> None:
+def test_the_venv_advice_works_with_pyenv_offline_on_empty_caches(tmp_path: Path) -> None:
     """Each command of the too-old-Python message makes a 3.12 venv on a
     machine like this one: pyenv with another global Python (``python3.12``
-    a failing shim) and uv not allowed to download a CPython. The commands
-    without pyenv run where ``python3.12`` on ``PATH`` is a real one."""
+    a failing shim), offline, with empty uv and pip caches, and uv not
+    allowed to download a CPython. The commands without pyenv run where
+    ``python3.12`` on ``PATH`` is a real one. ``python -m venv`` gives the
+    venv pip; uv's venv has none (the message says to use ``uv pip``)."""
     pyenv = shutil.which('pyenv')
     found = subprocess.run([pyenv, 'prefix', '3.12'], capture_output=True,
                            text=True) if pyenv else None
@@ -204,17 +206,24 @@ def test_the_venv_advice_works_with_pyenv_and_no_python_downloads(tmp_path: Path
     real.mkdir()
     (real / 'python3.12').symlink_to(Path(found.stdout.strip()) / 'bin' / 'python3.12')
     uv_dir = str(Path(sys.executable).parent)  # uv: requirements/test.txt
-    offline = {'UV_PYTHON_DOWNLOADS': 'never', 'UV_OFFLINE': '1', 'UV_NO_CONFIG': '1'}
+    offline = {'UV_PYTHON_DOWNLOADS': 'never', 'UV_OFFLINE': '1', 'UV_NO_CONFIG': '1',
+               'PIP_NO_INDEX': '1'}
     for index, (command, without_pyenv) in enumerate(venv_commands()):
         path = os.environ['PATH'] if not without_pyenv else os.pathsep.join(
             [str(real), os.path.dirname(pyenv), '/usr/bin', '/bin'])
         folder = tmp_path / f'try{index}'
         folder.mkdir()
+        empty_caches = {'UV_CACHE_DIR': str(folder / 'uv-cache'),
+                        'PIP_CACHE_DIR': str(folder / 'pip-cache'),
+                        'XDG_CACHE_HOME': str(folder / 'cache')}
         result = subprocess.run(
             ['bash', '-c', command], cwd=folder, capture_output=True, text=True,
-            env={**os.environ, **offline, 'PATH': os.pathsep.join([uv_dir, path])})
+            env={**os.environ, **offline, **empty_caches,
+                 'PATH': os.pathsep.join([uv_dir, path])})
         assert result.returncode == 0, (command, result.stderr[-2000:])
-        version = subprocess.run(
-            [folder / '.venv' / 'bin' / 'python', '-c', 'import sys, pip; print(sys.version_info[:2])'],
-            capture_output=True, text=True)
+        python = folder / '.venv' / 'bin' / 'python'
+        version = subprocess.run([python, '-c', 'import sys; print(sys.version_info[:2])'],
+                                 capture_output=True, text=True)
         assert version.stdout.strip() == '(3, 12)', (command, version)
+        has_pip = subprocess.run([python, '-c', 'import pip'], capture_output=True).returncode == 0
+        assert has_pip == command.startswith(('python', '"')), (command, has_pip)

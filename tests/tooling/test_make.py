@@ -1,9 +1,11 @@
-"""The Makefile's progress lines (scripts/timed), the demo's venvs."""
+"""The Makefile's progress lines (scripts/timed), its venvs and what it removes."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+from pathlib import Path
 
 from flaxpq.project import REPO_ROOT
 
@@ -34,6 +36,27 @@ def test_timed_keeps_a_failing_exit_code_and_says_so() -> None:
     assert END.match(lines[-2])[2] == 'FAILED (exit 3) after'  # type: ignore[index]
     assert lines[-1] == '1 failed, 2 passed in 0.50s'
     assert timed('true').stdout.splitlines()[-1].endswith(': done in 0 s')
+
+
+def test_timed_says_a_silent_step_is_still_running() -> None:
+    """A heartbeat line for each interval without output, after the partial
+    line the command left; none while it prints."""
+    result = subprocess.run(
+        [str(TIMED), 'a step', 'sh', '-c', 'printf ...; sleep 2.6; echo; echo done'],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, 'TIMED_HEARTBEAT_SECONDS': '1'})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    beats = [line for line in lines if re.fullmatch(
+        r'== \d\d:\d\d:\d\d a step: still running, \d s so far', line)]
+    assert len(beats) in (1, 2), lines  # the first interval sees output, then silence
+    assert lines[1] == '...' and lines[2] == beats[0], lines
+    assert END.match(lines[-1]), lines
+    quiet = subprocess.run(
+        [str(TIMED), 'a step', 'sh', '-c', 'for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done'],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, 'TIMED_HEARTBEAT_SECONDS': '1'})
+    assert 'still running' not in quiet.stdout, quiet.stdout
 
 
 def recipe_lines(target: str) -> list[str]:
@@ -99,7 +122,42 @@ def test_make_demo_installs_only_the_demo_requirements_in_its_own_venvs() -> Non
                                 '.venv-demo-vanilla/bin/python')
 
 
-def test_make_clean_removes_every_venv_and_build() -> None:
-    (line,) = recipe_lines('clean')
-    assert line.split() == ['rm', '-rf', 'build', 'dist', '.venv', '.venv-demo',
-                            '.venv-demo-vanilla']
+def test_make_test_has_its_own_venv_not_the_readmes() -> None:
+    assert recipe_lines('venv') == ['scripts/venv .venv-test']
+
+
+def a_users_venv(path: Path) -> Path:
+    """A venv as a user makes it (no mark of make's), with a file of theirs."""
+    (path / 'bin').mkdir(parents=True)
+    (path / 'pyvenv.cfg').write_text('home = /usr/bin\n')
+    (path / 'mine.txt').write_text('installed by hand\n')
+    return path
+
+
+def test_scripts_venv_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    venv = a_users_venv(tmp_path / '.venv-test')
+    result = subprocess.run([str(REPO_ROOT / 'scripts' / 'venv'), str(venv)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f'error: {venv} exists and make did not make it'), \
+        result.stderr
+    assert 'make VENV=<dir>' in result.stderr, result.stderr
+    assert sorted(p.name for p in venv.iterdir()) == ['bin', 'mine.txt', 'pyvenv.cfg']
+
+
+def test_make_clean_removes_build_and_the_venvs_make_made_only(tmp_path: Path) -> None:
+    """In a folder holding make's demo venvs (marked) and a user's
+    ``.venv-test`` (unmarked): the marked ones and build/ go, the user's stays."""
+    for name, mark in (('.venv-demo', '.made-by-make'), ('.venv-demo-vanilla', '.ready')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / mark).touch()
+    users = a_users_venv(tmp_path / '.venv-test')
+    (tmp_path / 'build').mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('MAKE', 'MFLAGS'))}
+    result = subprocess.run(['make', '--no-print-directory', '-f', str(REPO_ROOT / 'Makefile'),
+                             'clean'], cwd=tmp_path, capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['.venv-test'], result.stdout
+    assert (users / 'mine.txt').exists()
+    assert 'left .venv-test: make did not make it' in result.stdout, result.stdout

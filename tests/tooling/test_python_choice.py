@@ -1,7 +1,7 @@
 """Which Python `make` picks, and what a changed pick does.
 
-``scripts/find-python`` must pick in the order of the README's Install
-section (``python3`` if >= 3.12, ``python3.12``, pyenv's newest 3.12.x, and
+``scripts/find-python`` must pick in the order docs/maintainers.md gives
+("The make targets": ``python3`` if >= 3.12, ``python3.12``, pyenv's newest 3.12.x, and
 only then newer ones), and ``scripts/venv`` must make a venv anew when the
 pick changes (so must ``make bench``'s venvs). They run here against stand-in interpreters: shell scripts that
 answer the version check with a given version and make stand-in venvs.

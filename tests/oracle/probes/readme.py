@@ -1,7 +1,8 @@
-"""README cells about vanilla's behaviour, as probes both flaxes run.
+"""Claims of the user pages (README, docs/compatibility.md) about vanilla's
+behaviour, as probes both flaxes run.
 
 ``tests/oracle/test_readme.py`` runs each probe here under vanilla 0.12.12
-and ours and asserts each side's report exactly, so a README cell that says
+and ours and asserts each side's report exactly, so a page's cell that says
 what vanilla does is produced by a run of vanilla. The ``fixed`` checks say
 what ours must do (and vanilla does not).
 """
@@ -46,7 +47,8 @@ def _spmd_problems(r: Report) -> list[str]:
             if k['out_sharding']['entries'][0] != 'a' or (k['sharding'][0] == 'a') != (kind == 'auto')]
 
 
-# README "What changes": `nnx.vmap(spmd_axis_name='a')`.
+# README "transforms move no data"; docs/compatibility.md, "Metadata never
+# moves data": `nnx.vmap(spmd_axis_name='a')`.
 @probe(fixed=_spmd_problems)
 def spmd_axis_name_metadata_and_sharding() -> Report:
     return {kind: _spmd_stack(kind) for kind in ('auto', 'explicit')}
@@ -60,8 +62,9 @@ def _to_nnx_problems(r: Report) -> list[str]:
     return []
 
 
-# README Compatibility: `bridge.ToNNX` over a stack named with a logical name
-# that is not a mesh axis raises JAX's error, as creating that Variable does.
+# docs/compatibility.md, Linen over `bridge.ToLinen`: `bridge.ToNNX` over a
+# stack named with a logical name that is not a mesh axis raises JAX's error,
+# as creating that Variable does.
 @probe(fixed=_to_nnx_problems)
 def to_nnx_of_stack_named_without_mesh_axis() -> Report:
     from flax import nnx
