@@ -465,14 +465,17 @@ ROWS += [
 
 # Found by the oracle (series 13, FINDINGS.md 1): a kernel declared ('b',)
 # on its stacked array beside a bias declared () (replicated): the default
-# vmap gives both (), having taken ('b',) and (), so a copy's or a
-# gradient's () takes the normal add and stays () where vanilla keeps
-# ('b',) (the rule's fallback where the takers disagree).
+# vmap gives both (), having taken ('b',) and (); copies are matched to the
+# mapped Variables of their shape, so the kernel's copy gets ('b',) back as
+# on vanilla. Where the replicated Param has the kernel's shape, the takers
+# of () disagree and a copy's () takes the normal add: it stays () where
+# vanilla keeps ('b',) (the rule's fallback).
 ROWS += [
-    Program(f'declared kernel beside a replicated bias: {wrap} under vmap',
-            (Leaf('kernel', (8, 16), Spec('tuple', ())), Leaf('bias', (16,), Spec('tuple', ()))),
+    Program(f'declared kernel beside a replicated {what}: {wrap} under vmap',
+            (Leaf('kernel', (8, 16), Spec('tuple', ())), Leaf('bias', shape, Spec('tuple', ()))),
             (Stack('array', 4, 0, 'b', replicated=('bias',)),),
             apply=Apply('vmap', DEFAULT, 'graph', wrap), consumers=('partition_spec',))
+    for what, shape in (('bias', (16,)), ('Param of its shape', (8, 16)))
     for wrap in ('clone', 'grad')
 ]
 

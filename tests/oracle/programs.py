@@ -296,7 +296,8 @@ class Call:
     in/out axis; ``inner`` the call of an ``nnx.transform_metadata``
     function in its body (it runs inside: removes after, stacks before);
     ``records`` (ours, series 13) what its removal gave each mapped Variable
-    and took from it, per field: ``(field, given, taken)``.
+    and took from it, per field: ``(field, given, taken, shape)`` (shape:
+    the Variable's leaf's, which identifies its shape at any axis).
     """
     flax: str
     axis: int
@@ -304,7 +305,7 @@ class Call:
     optimizer: Any = MISSING
     extra: bool = False  # EXTRA_KEY named in transform_metadata
     inner: Call | None = None
-    records: tuple[tuple[str, Spec, Spec], ...] = ()
+    records: tuple[tuple[str, Spec, Spec, Any], ...] = ()
 
     def _index(self, rank: int) -> int:
         """The axis vanilla pops and inserts at; ours counts a negative one
@@ -387,38 +388,40 @@ class Call:
         each and the one it took (none where the removal raises)."""
         records = []
         try:
-            for fields, rank in mapped:
+            for fields, rank, *shape in mapped:
                 given = self.own_inside(fields, rank - 1)
-                records += [(k, given[k], fields[k]) for k in self.recorded()
-                            if fields[k] is not None]
+                records += [(k, given[k], fields[k], shape[0] if shape else None)
+                            for k in self.recorded() if fields[k] is not None]
         except CallError:
             return self
         return dataclasses.replace(self, records=tuple(records))
 
-    def _given_back(self, field: str, spec: Spec | None) -> Spec | None:
-        """Series 13: a value some mapped Variables were given (same type,
-        equal) gives back what was taken from them, where that was one value."""
+    def _given_back(self, field: str, spec: Spec | None, shape: Any) -> Spec | None:
+        """Series 13: a value some mapped Variables of this shape were given
+        (same type, equal) gives back what was taken from them, where that
+        was one value."""
         if spec is None:
             return None
-        taken = {t for k, g, t in self.records if k == field and g == spec}
+        taken = {t for k, g, t, s in self.records if k == field and g == spec and s == shape}
         return taken.pop() if len(taken) == 1 else None
 
     def outside(self, fields: Fields, rank: int,
-                own: tuple[Fields, Fields] | None = None) -> Fields:
+                own: tuple[Fields, Fields] | None = None, shape: Any = None) -> Fields:
         """A Variable's fields on the way out (a mapped input, or what the body
         made or returned; raises ``CallError``); ``rank`` is its per-slice
         value's. On ours (series 13) a mapped input (``own``: what the removal
         gave it and took from it) whose field the body left as it was given
         gets back what was taken from it; any other field equal to a value
-        the removal gave mapped Variables gets back what it took from them
-        (where that was one value); any other field takes the named path's add."""
+        the removal gave mapped Variables of its ``shape`` gets back what it
+        took from them (where that was one value); any other field takes the
+        named path's add."""
         if self.inner is not None:
             fields = self.inner.outside(fields, rank)
         out = dict(fields)
         if self.name is MISSING:
             return out
         back = {k: own[1][k] if own is not None and fields[k] == own[0][k]
-                else self._given_back(k, fields[k]) for k in self.recorded()}
+                else self._given_back(k, fields[k], shape) for k in self.recorded()}
         if back.get('out_sharding') is not None:
             out['out_sharding'] = back['out_sharding']
         elif self._touches(fields['out_sharding'], removing=False):  # None and () stay
@@ -477,7 +480,7 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
         return leave
     if placement in APPLY_VISIBLE:
         return leave  # the decorator owns the axis it names
-    entries = [_entry_at(f[k], axis, rank) for f, rank in mapped
+    entries = [_entry_at(f[k], axis, rank) for f, rank, *_ in mapped
                for k in ('out_sharding', 'optimizer_sharding') if _updated(f[k])]
     if not graph and any(e is not None for e in entries):
         return leave  # an axis a Variable names: the decorator's
@@ -583,7 +586,7 @@ class Pass:
             fields = call.inside(fields, rank - depth)
         return fields
 
-    def outside(self, fields: Fields, rank: int, made: bool = True) -> Fields:
+    def outside(self, fields: Fields, rank: int, made: bool = True, shape: Any = None) -> Fields:
         """What the innermost body made (fields at the innermost slice's rank)
         stacked on the way out; a gradient of a decorated loss leaves the
         decorator's call (it is taken from the state the decorator got)."""
@@ -591,7 +594,7 @@ class Pass:
             call = self.calls[depth - 1]
             if self.grad and made and depth == len(self.calls):
                 call = dataclasses.replace(call, inner=None)
-            fields = call.outside(fields, rank - depth)
+            fields = call.outside(fields, rank - depth, shape=shape)
         return fields
 
     def after(self, fields: Fields, rank: int, ref: bool = False) -> Fields:
@@ -629,7 +632,7 @@ def apply_pass(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     apply = program.apply
     assert apply is not None and program.stacks
     mapped = [({f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
-               stacked_rank(program, leaf)) for leaf in program.leaves]
+               stacked_rank(program, leaf), leaf.shape) for leaf in program.leaves]
     if not apply.nested:
         return Pass((stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis,
                                    mapped, decorator=apply.decorator,
@@ -638,7 +641,8 @@ def apply_pass(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     # the outer transform's look through wrappers stops at the inner vmap
     outer = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
     try:
-        mapped = [(outer.inside(fields, rank - 1), rank - 1) for fields, rank in mapped]
+        mapped = [(outer.inside(fields, rank - 1), rank - 1, shape)
+                  for fields, rank, shape in mapped]
     except CallError:
         return Pass((outer,), False)  # the pass fails at the outer call
     inner = stacking_rule(flax, apply.mode, DEFAULT, program.stacks[1].axis, mapped,
@@ -669,8 +673,8 @@ def ambiguous_give_back(program: Program) -> bool:
     if program.apply is None or not program.stacks or program.custom is not None:
         return False
     calls = apply_pass(program, 'ours', expected_metadata(program, 'ours'))
-    return any(len({t for k, g, t in call.records if (k, g) == key}) > 1
-               for call in calls.calls for key in {(k, g) for k, g, _ in call.records})
+    return any(len({t for k, g, t, s in call.records if (k, g, s) == key}) > 1
+               for call in calls.calls for key in {(k, g, s) for k, g, _, s in call.records})
 
 
 def after_pass_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]]
@@ -722,7 +726,7 @@ def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],
         if program.apply.wrap == 'optimizer':
             inside = {**inside, 'out_sharding': inside[placing_field(leaf)],
                       'optimizer_sharding': None}
-        return fields_json(calls.outside(inside, rank))
+        return fields_json(calls.outside(inside, rank, shape=leaf.shape))
     except CallError:
         return None
 

@@ -182,7 +182,9 @@ def programs(draw: st.DrawFn) -> Program:
                 # as a user writes it: the kernel declared (entry,) on its
                 # stack, the bias () (both () per layer, of the kernel's form)
                 empty = Spec(leaves[0].spec.form if leaves[0].spec else 'tuple', ())
-                leaves = [dataclasses.replace(l, spec=empty, optimizer_spec=None)
+                # (of one shape: copies are matched by value and shape)
+                leaves = [dataclasses.replace(l, spec=empty, optimizer_spec=None,
+                                              shape=leaves[0].shape)
                           if i == 0 or l.name in replicated else l
                           for i, l in enumerate(leaves)]
             stacks.append(Stack('array', size, axis, partition, replicated=replicated))
