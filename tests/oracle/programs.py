@@ -350,8 +350,8 @@ class Call:
         return _insert(spec, self._index(rank), value, form)
 
     def _extra(self, spec: Spec | None) -> bool:
-        forms = ('tuple',) if self.flax == 'vanilla' else FORMS
-        return self.extra and _truthy(spec) and spec.form in forms
+        # other keys named in transform_metadata: tuples only, on both (series 13)
+        return self.extra and _truthy(spec) and spec.form == 'tuple'
 
     def own_inside(self, fields: Fields, rank: int) -> Fields:
         """A mapped Variable's fields after this call's own removal (not its
@@ -416,7 +416,7 @@ class Call:
         took from them (where that was one value); any other field takes the
         named path's add."""
         if self.inner is not None:
-            fields = self.inner.outside(fields, rank)
+            fields = self.inner.outside(fields, rank, shape=shape)
         out = dict(fields)
         if self.name is MISSING:
             return out
@@ -469,13 +469,28 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     on the way out to every Variable whose field equals a value it gave.
     """
     ours = flax == 'ours'
-    inner = None if placement is None else Call(flax, 0, decorator,
-                                                decorator if ours else MISSING)
-    leave = Call(flax, axis, inner=inner)  # the call leaves all metadata alone
+    outer = _own_rule(flax, mode, partition, axis, mapped, extra, placement, spmd_axis_name)
+    if placement is None:
+        return outer
+    inner = Call(flax, 0, decorator, decorator if ours else MISSING)
+    if ours:  # series 13: the decorator's own removal and give-back too
+        try:
+            inner = inner.recording([(outer.own_inside(f, rank - 1), rank - 1, *rest)
+                                     for f, rank, *rest in mapped])
+        except CallError:
+            pass  # the pass fails at the transform's removal
+    return dataclasses.replace(outer, inner=inner)
+
+
+def _own_rule(flax: str, mode: str, partition: Any, axis: int, mapped: Any, extra: bool,
+              placement: str | None, spmd_axis_name: Any) -> Call:
+    """The transform's own call (its decorator's aside): see ``stacking_rule``."""
+    ours = flax == 'ours'
+    leave = Call(flax, axis)  # the call leaves all metadata alone
     graph = MODES[mode] == (True, True)
     if graph and partition != DEFAULT:
-        return Call(flax, axis, partition, partition if ours else MISSING, extra=extra,
-                    inner=inner).recording(mapped)
+        return Call(flax, axis, partition, partition if ours else MISSING,
+                    extra=extra).recording(mapped)
     if not ours or partition != DEFAULT:  # tree mode leaves a given name to vanilla
         return leave
     if placement in APPLY_VISIBLE:
@@ -487,7 +502,7 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     name = entries[0] if entries else spmd_axis_name
     if entries.count(name) < len(entries):
         return leave  # the specs disagree
-    return Call(flax, axis, name, name, inner=inner).recording(mapped)
+    return Call(flax, axis, name, name).recording(mapped)
 
 
 def leaf_fields(leaf: Leaf) -> Fields:
@@ -612,7 +627,7 @@ class Pass:
             chain.append((call, taken, given, fields, rank - depth))
         for call, taken, given, seen, r in reversed(chain):
             if call.inner is not None:
-                added = call.inner.outside(fields, r)
+                added = call.inner.outside(fields, r, own=(seen, given))
                 fields = given if ref or added == seen else added
             fields = dataclasses.replace(call, inner=None).outside(fields, r, own=(given, taken))
         return fields
