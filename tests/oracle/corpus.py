@@ -463,7 +463,7 @@ ROWS += [
             apply=Apply('vmap', DEFAULT, 'graph', 'create', nested=True))
 ]
 
-# Found by the oracle (series 13, FINDINGS.md 1): a kernel declared ('b',)
+# A kernel declared ('b',)
 # on its stacked array beside a bias declared () (replicated): the default
 # vmap gives both (), having taken ('b',) and (); copies are matched to the
 # mapped Variables of their shape, so the kernel's copy gets ('b',) back as
