@@ -32,9 +32,10 @@ The rule (series 12), two sentences per mode:
   (a negative axis from the end of the stacked value; None past the spec's
   end), else the ``spmd_axis_name`` (None); where they
   disagree the call leaves all metadata alone. Then it takes the named path;
-- ours, in tree mode (graph=False or graph_updates=False), ignores a given
-  name as vanilla does and infers one only where no mapped Variable names
-  the axis (every entry None, or none has a spec);
+- ours, in tree mode (graph=False or graph_updates=False), ignores
+  ``transform_metadata`` as vanilla does and infers a name, given one or
+  not, only where no mapped Variable names the axis (every entry None, or
+  none has a spec);
 - ours' named path (a given or inferred name, or a decorator's) stacks
   ``optimizer_sharding`` with the name too, counts a negative axis from the
   end of the stacked value, reads a spec shorter than the axis as None
@@ -491,7 +492,7 @@ def _own_rule(flax: str, mode: str, partition: Any, axis: int, mapped: Any, extr
     if graph and partition != DEFAULT:
         return Call(flax, axis, partition, partition if ours else MISSING,
                     extra=extra).recording(mapped)
-    if not ours or partition != DEFAULT:  # tree mode leaves a given name to vanilla
+    if not ours:  # vanilla's tree mode ignores a given name
         return leave
     if placement in APPLY_VISIBLE:
         return leave  # the decorator owns the axis it names
@@ -577,7 +578,7 @@ def expected_metadata(program: Program, flax: str) -> dict[str, dict[str, Any]]:
 def stale_leaves(program: Program, flax: str) -> set[str]:
     """The leaves whose out_sharding a stacking call of the build left without
     the entry of its axis, so it no longer lines up with the array (vanilla's
-    default transforms; ours' tree-mode transforms given a name)."""
+    default transforms)."""
     return _build(program, flax).stale
 
 
