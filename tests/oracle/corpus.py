@@ -490,3 +490,15 @@ ROWS += [
             (Stack('vmap', 4, 0, DEFAULT, 'tree'), Stack('vmap', 4, -2, DEFAULT, 'graph')),
             mesh='explicit', apply=Apply('scan', None, 'tree', 'optimizer')),
 ]
+
+# Found by the oracle (series 13 generator, before nnxaxis.14): a tree-mode
+# stack given a name (ignored, as on vanilla) under an outer default vmap
+# left optimizer_sharding one entry short of the array, and nnx.Optimizer
+# failed on an Explicit mesh; tree mode now stacks as a default transform.
+ROWS += [
+    Program('tree-mode stack given a name under a default vmap: nnx.Optimizer',
+            (Leaf('w0', (8,), Spec('tuple', (None,)),
+                  optimizer_spec=Spec('tuple', ('a',))),),
+            (Stack('vmap', 2, 0, DEFAULT, 'graph'), Stack('vmap', 4, 0, None, 'tree')),
+            mesh='explicit', optimizer='adam', consumers=('train_step',)),
+]
