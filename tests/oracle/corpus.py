@@ -502,3 +502,13 @@ ROWS += [
             (Stack('vmap', 2, 0, DEFAULT, 'graph'), Stack('vmap', 4, 0, None, 'tree')),
             mesh='explicit', optimizer='adam', consumers=('train_step',)),
 ]
+
+# Found by the oracle (nnxaxis.14's first run): a copy of a ref Param stacked
+# ('b',) came out () where vanilla keeps ('b',): graph mode hands a new ref's
+# value out in a wrapper, whose shape the give-back did not read.
+ROWS += [
+    Program('a clone of a ref stack declared by name, legacy key',
+            (Leaf('w0', (8, 8, 16), Spec('tuple', ()), key='sharding_names', ref=True),),
+            (Stack('array', 4, 0, 'b'),), mesh='explicit',
+            apply=Apply('vmap', wrap='clone', callable='frozen', other='extra')),
+]
