@@ -32,7 +32,8 @@ Divergence = tuple[str, str]  # (tag, message)
 # The errors vanilla 0.12.12 raises on the #5112 family: stale metadata, one
 # entry short (or shifted) after a lifted transform, reaching a sharding
 # consumer, or two Variables whose metadata differ only by that entry meeting
-# in one pytree op. Seen in the oracle's programs; ``Expected to remove`` and
+# in one pytree op, or the stacked axis's entry laid on a slice's dimension
+# beside the mesh axis the batch is sharded on. Seen in the oracle's programs; ``Expected to remove`` and
 # vanilla's named path on a spec it cannot take are decided by the model
 # (``build_error``, ``pass_error``), not here.
 FAMILY = re.compile(
@@ -47,7 +48,9 @@ FAMILY = re.compile(
     r'|^IndexError: pop index out of range$'
     r'|^ShardingTypeError: .* produces an illegally sharded result'
     r'|^ShardingTypeError: \w+ got incompatible shardings for broadcasting: '
-    r'|^ValueError: pytree structure error: different pytree metadata at key path')
+    r'|^ValueError: pytree structure error: different pytree metadata at key path'
+    r'|^DuplicateSpecError: A single NamedSharding spec specification can map every '
+    r'mesh axis to at most one positional dimension')
 SPEC_IN_MESSAGE = re.compile(r"(P|PartitionSpec)?\([^()]*\)|\[[^\[\]]*\]")
 FOUND_IN_MESSAGE = re.compile(r"found [^ ,.]+")
 REMOVE_MESSAGE = re.compile(r" from .*, but found .*$")  # vanilla's 'Expected to remove'

@@ -512,3 +512,18 @@ ROWS += [
             (Stack('array', 4, 0, 'b'),), mesh='explicit',
             apply=Apply('vmap', wrap='clone', callable='frozen', other='extra')),
 ]
+
+# Found by the oracle (nnxaxis.14): an optimizer built in a default body over
+# a stack declared ('a',) on an Explicit mesh: vanilla's body sees the
+# stacked spec on the slice, and JAX raises DuplicateSpecError for P('a',
+# 'a'); ours' body sees the per-slice spec and runs.
+ROWS += [
+    Program('optimizer in a default body over a declared stack, logical rules',
+            (Leaf('w0', (8,), Spec('tuple', ()), key='sharding_names',
+                  extra_spec=Spec('tuple', ('x0',))),),
+            (Stack('array', 4, 0, 'a'),), mesh='explicit', context_rules=True,
+            apply=Apply('vmap', wrap='optimizer', other='extra')),
+]
+WORKAROUND_GAPS['optimizer in a default body over a declared stack, logical rules'] = (
+    "vanilla's named path, given the stack's name 'a', removes it from the"
+    " one-entry ('a',) and does not add it back to the empty spec (0.12.12: ())")
