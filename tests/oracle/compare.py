@@ -120,7 +120,7 @@ class Judged:
     def stale_override(self) -> bool:
         """A declared ``optimizer_sharding`` the model leaves shorter than its
         stacked array, or an ``out_sharding`` a stacking call of ours left
-        without its entry (a tree-mode stack given a name, as on vanilla).
+        without its entry (none since nnxaxis.14: tree mode stacks too).
 
         Then the optimizer may fail on it on both flaxes alike.
         """
