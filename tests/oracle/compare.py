@@ -33,9 +33,10 @@ Divergence = tuple[str, str]  # (tag, message)
 # entry short (or shifted) after a lifted transform, reaching a sharding
 # consumer, or two Variables whose metadata differ only by that entry meeting
 # in one pytree op, or the stacked axis's entry laid on a slice's dimension
-# beside the mesh axis the batch is sharded on. Seen in the oracle's programs; ``Expected to remove`` and
-# vanilla's named path on a spec it cannot take are decided by the model
-# (``build_error``, ``pass_error``), not here.
+# beside the mesh axis the batch is sharded on. Seen in the oracle's
+# programs; ``Expected to remove`` and vanilla's named path on a spec it
+# cannot take are decided by the model (``build_error``, ``pass_error``),
+# not here.
 FAMILY = re.compile(
     r'^IndivisibleError: One of pjit (inputs|outputs) with pytree key path .* was given '
     r'the sharding'
@@ -172,16 +173,17 @@ class Judged:
         longer than what it shards: an optimizer built in a body that sees a
         stacked spec longer than the slice (a call that leaves the entry of a
         stack ours made, which vanilla made without it, or a tree-mode call
-        given a name), or a consumer of a spec longer than the array on ours
+        over an axis a Variable names), or a consumer of a spec longer than the array on ours
         only (a decorator the transform cannot see); or JAX's error for a
         spec that does not divide a dimension, where an optimizer built in the
-        body places the slice by the stacked spec (a tree-mode call given a
-        name leaves it, as on vanilla, whose stack is left per-layer)."""
+        body places the slice by the stacked spec (a tree-mode call over an
+        axis a Variable names leaves it, as on vanilla, whose stack is left
+        per-layer)."""
         o = self.ours
         if self.expect_o is None:
             return False
         if o.failed_stage == 'apply' and DIVIDE_ERROR.search(o.outcome):
-            # an optimizer in a tree-mode body given a name sees the stacked spec
+            # an optimizer in a tree-mode body over a named axis sees the stacked spec
             return stacked_spec_inside(self.program, 'ours', self.expect_o)
         if not RANK_ERROR.search(o.outcome):
             return False
@@ -229,7 +231,7 @@ class Judged:
         param = self.mirrored(self.ours, path)
         # On an Auto mesh the body's traced parameter has no sharding and the
         # state follows the metadata it sees (I4): where the build left the
-        # parameter's spec without an entry (a tree-mode stack given a name),
+        # parameter's spec without an entry (none on ours since nnxaxis.14),
         # that is not the array's, and the state is compared with vanilla's.
         if self.program.mesh == 'auto' and self.expect_o is not None \
                 and param in stale_leaves(self.program, 'ours'):
@@ -365,8 +367,8 @@ def check_ours_runs_where_vanilla_runs(c: Judged) -> list[Divergence]:
 def check_ours_runs_where_vanilla_has_the_bug(c: Judged) -> list[Divergence]:
     """Where vanilla fails with the #5112 family and the model says ours' pass
     runs, ours runs; but for a stale declared optimizer_sharding or a stack
-    left per-layer (a tree-mode stack given a name), which may fail ours as
-    it fails vanilla (the same exception, at vanilla's stage or a later one
+    left per-layer (by vanilla; on ours, none since nnxaxis.14), which may
+    fail ours as it fails vanilla (the same exception, at vanilla's stage or a later one
     that vanilla did not reach; the message may name another state leaf, as
     vanilla fails first on a placeholder of adafactor's that ours places like
     the parameter), and
