@@ -460,11 +460,12 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     A mapping of other keys without a ``PARTITION_NAME`` is ``DEFAULT``.
 
     Vanilla applies a given name in graph mode with graph updates, nothing
-    else. Ours, given no name there (or in tree mode, which ignores a given
-    name), takes the entry the mapped Variables' non-empty specs share at the
-    axis (``spmd_axis_name`` when none has one) and applies it as a given one;
-    in tree mode only where no mapped Variable names the axis; and not where
-    it sees a decorator, which owns the axis it names. A decorator runs its
+    else. Ours, given no name there, takes the entry the mapped Variables'
+    non-empty specs share at the axis (``spmd_axis_name`` when none has one)
+    and applies it as a given one; in tree mode it applies a given name where
+    the specs have it at the axis or none has one, and otherwise infers only
+    where no mapped Variable names the axis; and not where it sees a
+    decorator, which owns the axis it names. A decorator runs its
     own named path at axis 0 in the body, on both flaxes. Ours' named path
     (series 13) records what its removal gave and took, and gives it back
     on the way out to every Variable whose field equals a value it gave.
@@ -498,6 +499,9 @@ def _own_rule(flax: str, mode: str, partition: Any, axis: int, mapped: Any, extr
         return leave  # the decorator owns the axis it names
     entries = [_entry_at(f[k], axis, rank) for f, rank, *_ in mapped
                for k in ('out_sharding', 'optimizer_sharding') if _updated(f[k])]
+    if partition != DEFAULT and entries.count(partition) == len(entries):
+        # tree mode: a given name where the specs have it or none has one
+        return Call(flax, axis, partition, partition).recording(mapped)
     if not graph and any(e is not None for e in entries):
         return leave  # an axis a Variable names: the decorator's
     name = entries[0] if entries else spmd_axis_name
