@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, VISIBLE, Apply, Leaf, Program, \
-    Spec, Stack
+from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, HOSTILE, VISIBLE, Apply, Leaf, \
+    Program, Spec, Stack
 from tests.support.checks import VANILLA_BUG_CASES
 
 ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
@@ -281,6 +281,20 @@ ROWS += [
             apply=Apply(kind, DEFAULT, 'graph', 'none', callable=body))
     for body in CALLABLES[1:]
     for kind in ('vmap', 'scan')
+]
+
+# Series 14: callables whose attributes are hostile to a look through
+# wrappers (__getattr__ raising KeyError, an array __func__, Mock(wraps=f),
+# jax.tree_util.Partial) as bodies in the tree modes too, of a copy and of a
+# gradient (the random programs draw them as well).
+ROWS += [
+    Program(f'body as {body}: default {kind} {wrap} pass, {mode}',
+            (leaf('tuple', None, 'b'),), (vmap(),),
+            apply=Apply(kind, DEFAULT, mode, wrap, callable=body))
+    for body in HOSTILE
+    for kind in ('vmap', 'scan')
+    for mode in ('graph-no-updates', 'tree')
+    for wrap in ('clone', 'grad')
 ]
 
 # nnx.transform_metadata where the transform sees it (the result is

@@ -72,9 +72,14 @@ HIDDEN = ('lambda', 'inside')
 GRADS = ('grad', 'value_and_grad')
 APPLY_VISIBLE = VISIBLE + GRADS
 # An Apply's body: a function, an unhashable callable object, a partial, a
-# bound method, and (series 13) callables whose __hash__ raises: a frozen
-# dataclass with a list field, a flax.struct.dataclass with an array field
-CALLABLES = ('function', 'object', 'partial', 'method', 'frozen', 'struct')
+# bound method, (series 13) callables whose __hash__ raises: a frozen
+# dataclass with a list field, a flax.struct.dataclass with an array field,
+# and (series 14) callables whose attributes are hostile to a look through
+# wrappers: __getattr__ raising KeyError for __func__, an array __func__,
+# unittest.mock.Mock(wraps=f), jax.tree_util.Partial
+# (CI reaches these through corpus.py's rows; the long run draws them too)
+HOSTILE = ('keyerror', 'array', 'mock', 'tree_partial')
+CALLABLES = ('function', 'object', 'partial', 'method', 'frozen', 'struct', *HOSTILE)
 # A transform_metadata mapping without nnx.PARTITION_NAME (series 13: as
 # vanilla, its keys are ignored and the default runs): the key it has
 OTHER_KEYS = ('extra', 'optimizer_sharding', 'tags')

@@ -17,6 +17,7 @@ import re
 import sys
 import traceback
 from typing import Any, Callable, Iterator
+from unittest import mock
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
@@ -253,12 +254,38 @@ class StructBody:
         return self.fn(*args)
 
 
+class KeyErrorBody:
+    """A callable object whose ``__getattr__`` raises ``KeyError`` for
+    ``__func__`` (looking through it must not raise)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.__dict__['fn'] = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        raise (KeyError if name == '__func__' else AttributeError)(name)
+
+
+class ArrayBody:
+    """A callable object whose ``__func__`` is an array (no truth value)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn, self.__func__ = fn, jnp.ones(2)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
 def as_callable(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
     """``fn`` as one of ``programs.CALLABLES``."""
     if kind == 'struct':
         return StructBody(np.ones(()), fn)
     return {'function': fn, 'object': Body(fn), 'partial': functools.partial(fn),
-            'method': Body(fn).method, 'frozen': FrozenBody(fn)}[kind]
+            'method': Body(fn).method, 'frozen': FrozenBody(fn),
+            'keyerror': KeyErrorBody(fn), 'array': ArrayBody(fn),
+            'mock': mock.Mock(wraps=fn), 'tree_partial': jax.tree_util.Partial(fn)}[kind]
 
 
 def decorated_body(apply: Apply, core: Callable[..., Any], graph: bool) -> Callable[..., Any]:
