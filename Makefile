@@ -47,7 +47,7 @@ export JAX_PLATFORMS ?= cpu
 
 .PHONY: test test-full test-1dev check-hooks slow-tests demo bench check install demo-install demo-vanilla-install venv demo-venv \
 	our-tests upstream-tests upstream-tree upstream-suite upstream-examples \
-	oracle-self-check oracle-long clean
+	oracle-self-check oracle-long test-newest clean
 
 test: install check our-tests oracle-self-check
 
@@ -174,9 +174,7 @@ test-1dev: install upstream-tree
 	JAX_NUM_CPU_DEVICES=1 $(TIMED) 'our suite but the slow tests, on 1 CPU device' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
 		--durations=5 -m 'not slow' tests || status=$$?; \
-	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 \
-		XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 $(CURDIR)/$(TIMED) \
+	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 $(UPSTREAM_ENV) $(CURDIR)/$(TIMED) \
 		'upstream spmd, optimizer and transforms tests, on 1 CPU device' \
 		$(UPSTREAM_PYTEST) $(UPSTREAM_1DEV_TESTS) || status=$$?; \
 	exit $$status
@@ -187,8 +185,13 @@ test-1dev: install upstream-tree
 # upstream_plugin.py skips what tests/upstream/skips.txt lists, with reasons,
 # and runs each examples/nnx_toy_examples script as one test.
 UPSTREAM_TREE := build/upstream-tests
-UPSTREAM_PYTEST = env PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
-	-p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
+# The pytest of venv $(1), with folder $(2) (optional) first on PYTHONPATH.
+upstream-pytest = env PYTHONPATH=$(if $(2),$(abspath $(2)):)$(CURDIR)/tests/upstream \
+	$(abspath $(1))/bin/pytest -p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
+UPSTREAM_PYTEST = $(call upstream-pytest,$(VENV))
+# The environment of upstream's tests/run_all_tests.sh.
+UPSTREAM_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=4 \
+	JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1
 upstream-tests: upstream-suite upstream-examples
 
 upstream-tree: install
@@ -196,8 +199,7 @@ upstream-tree: install
 
 # The whole tests/ tree, in the environment of upstream's tests/run_all_tests.sh.
 upstream-suite: upstream-tree
-	cd $(UPSTREAM_TREE) && XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 \
+	cd $(UPSTREAM_TREE) && $(UPSTREAM_ENV) \
 		$(CURDIR)/$(TIMED) 'upstream suite: the whole tests/ of the patched tree' \
 		$(UPSTREAM_PYTEST) tests
 
@@ -208,11 +210,56 @@ upstream-examples: upstream-tree
 		$(CURDIR)/$(TIMED) 'upstream examples: examples/nnx_toy_examples and examples/gemma' \
 		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
+# The newest jax, jaxlib, optax and orbax-checkpoint the registry serves, not
+# requirements/test.txt's pinned jax (CI's gate keeps the pin): in a venv of
+# their own ($(NEWEST_VENV)) with our wheel and the test tools, our suite but
+# the slow tests, then upstream's tests/nnx (the patched tree's) on ours and
+# on vanilla flax on the same versions (the registry's wheel of our release,
+# unpacked under $(NEWEST) and first on PYTHONPATH). scripts/compare-failures
+# then prints what fails on both and what fails on ours only. The target
+# fails where ours does worse than vanilla: a failure of our suite, or a test
+# of tests/nnx failing on ours only. About 25 minutes on 2 cores.
+NEWEST_VENV ?= .venv-newest
+NEWEST := build/newest
+NEWEST_PY := $(NEWEST_VENV)/bin/python
+NEWEST_PACKAGES := jax jaxlib optax orbax-checkpoint
+test-newest:
+	scripts/venv $(NEWEST_VENV)
+	$(call build-wheel,$(NEWEST_VENV))
+	rm -rf $(NEWEST) && mkdir -p $(NEWEST)/vanilla
+	grep -v '^jax' requirements/test.txt > $(NEWEST)/test.txt
+	$(TIMED) 'installing our wheel, the test tools and the newest $(NEWEST_PACKAGES)' \
+		$(NEWEST_PY) -m pip install --quiet --upgrade -r $(NEWEST)/test.txt \
+		-r requirements/upstream-tests.txt build/dist/flax-*.whl $(NEWEST_PACKAGES)
+	$(NEWEST_PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
+	$(NEWEST_PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
+	flax=$$($(NEWEST_PY) -c 'import flax; print(flax.__version__.split("+")[0])'); \
+		$(NEWEST_PY) -m pip download --quiet --no-deps --only-binary :all: \
+		"flax==$$flax" -d $(NEWEST)/vanilla
+	$(NEWEST_PY) -m zipfile -e $(NEWEST)/vanilla/flax-*.whl $(NEWEST)/vanilla/site
+	$(NEWEST_PY) -m pip list | grep -E '^(flax|jax|jaxlib|optax|orbax-checkpoint|numpy) '
+	$(NEWEST_PY) -m flaxpq tests-tree --dest $(NEWEST)/upstream-tests --force
+	status=0; \
+	$(TIMED) 'our suite but the slow tests, on the newest versions' \
+		$(NEWEST_PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
+		--durations=5 -m 'not slow' tests || status=$$?; \
+	cd $(NEWEST)/upstream-tests; \
+	$(UPSTREAM_ENV) $(CURDIR)/$(TIMED) "upstream's tests/nnx on ours" \
+		$(call upstream-pytest,$(NEWEST_VENV)) --junitxml=../ours.xml tests/nnx || true; \
+	$(UPSTREAM_ENV) $(CURDIR)/$(TIMED) "upstream's tests/nnx on vanilla" \
+		$(call upstream-pytest,$(NEWEST_VENV),$(NEWEST)/vanilla/site) \
+		--junitxml=../vanilla.xml tests/nnx || true; \
+	cd $(CURDIR); \
+	$(NEWEST_PY) -m pip list | grep -E '^(jax|jaxlib|optax|orbax-checkpoint) '; \
+	if [ $$status != 0 ]; then echo "our suite FAILED on these versions (exit $$status)"; fi; \
+	scripts/compare-failures $(NEWEST)/ours.xml $(NEWEST)/vanilla.xml || status=1; \
+	exit $$status
+
 # Only the venvs make made (scripts/venv's marks): a directory of the same
 # name without them is left, saying so.
 clean:
 	rm -rf build dist
-	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV); do \
+	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV) $(NEWEST_VENV); do \
 		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
 		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \
 	done
