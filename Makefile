@@ -122,7 +122,9 @@ check-hooks: venv
 
 # -v: one line per test as it ends (the cold installs take minutes each);
 # --durations: the slowest tests at the end.
-# -m slow: tests that build, install or run a whole program (pyproject.toml).
+# -m slow: tests that build, install or run a whole program; -m registry: tests
+# that ask the package registry what it serves today (make test-newest runs
+# those; pyproject.toml).
 # The suite keeps vanilla's oracle reports in $(ORACLE_REPORTS) for the
 # self-check (tests/support/workers.py, VanillaReports).
 ORACLE_REPORTS := build/oracle-reports
@@ -130,12 +132,12 @@ our-tests: install
 	rm -rf $(ORACLE_REPORTS)
 	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx \
-		--durations=15 -m 'not slow' tests
+		--durations=15 -m 'not slow and not registry' tests
 
 slow-tests: install
 	$(TIMED) 'our slow tests: builds, cold installs, benchmark smoke, MaxText, the demo' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 \
-		-m slow tests
+		-m 'slow and not registry' tests
 
 # The oracle's self-check: vanilla judged as ours must fail exactly the
 # checks of intended differences (tests/oracle/test_oracle.py), so the oracle
@@ -173,7 +175,7 @@ test-1dev: install upstream-tree
 	status=0; \
 	JAX_NUM_CPU_DEVICES=1 $(TIMED) 'our suite but the slow tests, on 1 CPU device' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
-		--durations=5 -m 'not slow' tests || status=$$?; \
+		--durations=5 -m 'not slow and not registry' tests || status=$$?; \
 	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 $(UPSTREAM_ENV) $(CURDIR)/$(TIMED) \
 		'upstream spmd, optimizer and transforms tests, on 1 CPU device' \
 		$(UPSTREAM_PYTEST) $(UPSTREAM_1DEV_TESTS) || status=$$?; \
@@ -218,19 +220,20 @@ upstream-examples: upstream-tree
 # unpacked under $(NEWEST) and first on PYTHONPATH). scripts/compare-failures
 # then prints what fails on both and what fails on ours only. The target
 # fails where ours does worse than vanilla: a failure of our suite, or a test
-# of tests/nnx failing on ours only. About 25 minutes on 2 cores.
+# of tests/nnx failing on ours only. JAX_PACKAGES='jax==0.12.1 jaxlib==0.12.1
+# optax orbax-checkpoint' runs it on the versions given instead.
 NEWEST_VENV ?= .venv-newest
 NEWEST := build/newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
-NEWEST_PACKAGES := jax jaxlib optax orbax-checkpoint
+JAX_PACKAGES ?= jax jaxlib optax orbax-checkpoint
 test-newest:
 	scripts/venv $(NEWEST_VENV)
 	$(call build-wheel,$(NEWEST_VENV))
 	rm -rf $(NEWEST) && mkdir -p $(NEWEST)/vanilla
 	grep -v '^jax' requirements/test.txt > $(NEWEST)/test.txt
-	$(TIMED) 'installing our wheel, the test tools and the newest $(NEWEST_PACKAGES)' \
+	$(TIMED) 'installing our wheel, the test tools and the newest $(JAX_PACKAGES)' \
 		$(NEWEST_PY) -m pip install --quiet --upgrade -r $(NEWEST)/test.txt \
-		-r requirements/upstream-tests.txt build/dist/flax-*.whl $(NEWEST_PACKAGES)
+		-r requirements/upstream-tests.txt build/dist/flax-*.whl $(JAX_PACKAGES)
 	$(NEWEST_PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
 	$(NEWEST_PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
 	flax=$$($(NEWEST_PY) -c 'import flax; print(flax.__version__.split("+")[0])'); \
@@ -255,10 +258,12 @@ test-newest:
 	scripts/compare-failures $(NEWEST)/ours.xml $(NEWEST)/vanilla.xml || status=1; \
 	exit $$status
 
-# Only the venvs make made (scripts/venv's marks): a directory of the same
-# name without them is left, saying so.
+# What make and the tests made: build/ and dist/, hypothesis's database
+# (.hypothesis/, from the property tests), and only the venvs make made
+# (scripts/venv's marks): a directory of the same name without them is left,
+# saying so.
 clean:
-	rm -rf build dist
+	rm -rf build dist .hypothesis
 	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV) $(NEWEST_VENV); do \
 		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
 		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \
