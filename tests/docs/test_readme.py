@@ -158,3 +158,17 @@ def test_jax_tpu_resolves_to_what_the_readme_says(tmp_path: Path) -> None:
     assert (versions['jax'], versions['libtpu']) == (claim[1], claim[2]), versions
     # The stack of the TPU run that docs/maintainers.md records.
     assert f'jax[tpu]=={claim[1]}' in MAINTAINERS and f'libtpu {claim[2]}' in MAINTAINERS
+
+
+USER_PAGES = ['README.md', 'docs/sharding-stacked-layers.md', 'docs/compatibility.md',
+              'docs/bad-inputs.md', 'docs/install-offline.md',
+              'docs/migration-per-example-grads.md']
+
+
+def test_user_pages_carry_no_series_history() -> None:
+    """A user page names no series label (``nnxaxis.12``): the version a
+    user has is ``0.12.12+nnxaxis.N``; the history is CHANGELOG.md's and
+    docs/maintainers.md's."""
+    named = {page: re.findall(r'nnxaxis\.\d+', (REPO_ROOT / page).read_text())
+             for page in USER_PAGES}
+    assert not any(named.values()), named

@@ -106,7 +106,7 @@ def test_what_the_readme_says_to_run_on_vanilla_shows_5112(
     prints the stale metadata, Adam's mu laid out unlike the kernel, and
     check_layout's rows for the kernel and Adam's mu and nu."""
     said = ' '.join(README.split())
-    assert ('run the same two blocks as one file in a venv with vanilla (`pip install '
+    assert ('run the same blocks as one file in a venv with vanilla (`pip install '
             'flax==0.12.12 optax`), with `splits=4` in place of `splits=3`') in said
     copy = block_after(README, r'^To see #5112 on vanilla', 'text')
     assert "opt_state.0.mu.kernel: like kernel (None, 'fsdp', 'tensor') actual " \
