@@ -259,11 +259,14 @@ test-newest:
 	exit $$status
 
 # What make and the tests made: build/ and dist/, hypothesis's database
-# (.hypothesis/, from the property tests), and only the venvs make made
+# (.hypothesis/, from the property tests), pytest's cache and Python's
+# __pycache__/ folders (outside venvs and .git), and only the venvs make made
 # (scripts/venv's marks): a directory of the same name without them is left,
 # saying so.
 clean:
-	rm -rf build dist .hypothesis
+	rm -rf build dist .hypothesis .pytest_cache
+	find . \( -name '.venv*' -o -name .git \) -prune -o -name __pycache__ -type d -prune \
+		-exec rm -rf {} +
 	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV) $(NEWEST_VENV); do \
 		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
 		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \

@@ -199,7 +199,7 @@ def test_scripts_venv_refuses_a_directory_it_did_not_make(tmp_path: Path) -> Non
 def test_make_clean_removes_build_and_the_venvs_make_made_only(tmp_path: Path) -> None:
     """In a folder holding make's demo and newest-versions venvs (marked),
     a user's ``.venv-test`` (unmarked) and what the tests leave: the marked
-    ones, build/ and .hypothesis/ go, the user's stays."""
+    ones, build/, .hypothesis/ and __pycache__/ go, the user's venv stays whole."""
     for name, mark in (('.venv-demo', '.made-by-make'), ('.venv-demo-vanilla', '.ready'),
                        ('.venv-newest', '.ready')):
         (tmp_path / name).mkdir()
@@ -207,11 +207,14 @@ def test_make_clean_removes_build_and_the_venvs_make_made_only(tmp_path: Path) -
     users = a_users_venv(tmp_path / '.venv-test')
     (tmp_path / 'build').mkdir()
     (tmp_path / '.hypothesis' / 'examples').mkdir(parents=True)
+    (tmp_path / 'tests' / 'docs' / '__pycache__').mkdir(parents=True)
+    (users / 'lib' / '__pycache__').mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(('MAKE', 'MFLAGS'))}
     result = subprocess.run(['make', '--no-print-directory', '-f', str(REPO_ROOT / 'Makefile'),
                              'clean'], cwd=tmp_path, capture_output=True, text=True,
                             env=env, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['.venv-test'], result.stdout
-    assert (users / 'mine.txt').exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['.venv-test', 'tests'], result.stdout
+    assert list((tmp_path / 'tests').rglob('*')) == [tmp_path / 'tests' / 'docs']
+    assert (users / 'mine.txt').exists() and (users / 'lib' / '__pycache__').exists()
     assert 'left .venv-test: make did not make it' in result.stdout, result.stdout
