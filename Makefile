@@ -1,8 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 6 min 0 s on 2 cores at load 0-3 from a
-#               fresh clone with empty caches, 9 min 56 s of CPU
+#               loop to run often, 7 min 59 s on 2 cores at load 3-9 from a
+#               fresh clone with empty caches, 6 min 55 s of CPU
 #               (docs/maintainers.md, Durations)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
@@ -240,6 +240,8 @@ test-newest:
 		$(NEWEST_PY) -m pip download --quiet --no-deps --only-binary :all: \
 		"flax==$$flax" -d $(NEWEST)/vanilla
 	$(NEWEST_PY) -m zipfile -e $(NEWEST)/vanilla/flax-*.whl $(NEWEST)/vanilla/site
+	PYTHONPATH=$(NEWEST)/vanilla/site $(NEWEST_PY) -c 'import sys, flax; \
+		print("vanilla: flax", flax.__version__); sys.exit("+" in flax.__version__)'
 	$(NEWEST_PY) -m pip list | grep -E '^(flax|jax|jaxlib|optax|orbax-checkpoint|numpy) '
 	$(NEWEST_PY) -m flaxpq tests-tree --dest $(NEWEST)/upstream-tests --force
 	status=0; \

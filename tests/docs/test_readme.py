@@ -126,7 +126,7 @@ def stated_versions(claim: str) -> list[str]:
 
 def test_the_tested_jax_is_the_pinned_one() -> None:
     """The README's tested jax is what requirements/test.txt pins for CI."""
-    tested, _today = stated_versions('**jax.** The fork is tested with')
+    tested, _today = stated_versions('**jax.** Tested with')
     pins = (REPO_ROOT / 'requirements' / 'test.txt').read_text()
     assert f'jax=={tested}\n' in pins and f'jaxlib=={tested}\n' in pins, (tested, pins)
 
@@ -144,7 +144,7 @@ def resolved(requirement: str, tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.registry
 def test_pip_gives_the_jax_the_readme_says(tmp_path: Path) -> None:
-    _tested, today = stated_versions('**jax.** The fork is tested with')
+    _tested, today = stated_versions('**jax.** Tested with')
     versions = resolved('jax', tmp_path)
     assert (versions['jax'], versions['jaxlib']) == (today, today), versions
 

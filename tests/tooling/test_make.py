@@ -115,6 +115,9 @@ def test_make_test_newest_installs_the_newest_and_compares_with_vanilla() -> Non
     (install,) = [line for line in lines if '-r build/newest/test.txt' in line]
     assert install.split()[-4:] == ['jax', 'jaxlib', 'optax', 'orbax-checkpoint'], install
     assert '-r requirements/test.txt' not in ' '.join(lines)
+    # vanilla's side is the registry's flax, not a wheel of ours found locally
+    assert any(line.startswith('PYTHONPATH=build/newest/vanilla/site ')
+               and 'sys.exit("+" in flax.__version__)' in line for line in lines), lines
     recipe = ' '.join(lines[-1].split())
     plugin = REPO_ROOT / 'tests' / 'upstream'
     vanilla = REPO_ROOT / 'build' / 'newest' / 'vanilla' / 'site'
