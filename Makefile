@@ -1,8 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 6 min 0 s on 2 cores at load 0-3 from a
-#               fresh clone with empty caches, 9 min 56 s of CPU
+#               loop to run often, 7 min 59 s on 2 cores at load 3-9 from a
+#               fresh clone with empty caches, 6 min 55 s of CPU
 #               (docs/maintainers.md, Durations)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
@@ -47,7 +47,7 @@ export JAX_PLATFORMS ?= cpu
 
 .PHONY: test test-full test-1dev check-hooks slow-tests demo bench check install demo-install demo-vanilla-install venv demo-venv \
 	our-tests upstream-tests upstream-tree upstream-suite upstream-examples \
-	oracle-self-check oracle-long clean
+	oracle-self-check oracle-long test-newest clean
 
 test: install check our-tests oracle-self-check
 
@@ -122,7 +122,9 @@ check-hooks: venv
 
 # -v: one line per test as it ends (the cold installs take minutes each);
 # --durations: the slowest tests at the end.
-# -m slow: tests that build, install or run a whole program (pyproject.toml).
+# -m slow: tests that build, install or run a whole program; -m registry: tests
+# that ask the package registry what it serves today (make test-newest runs
+# those; pyproject.toml).
 # The suite keeps vanilla's oracle reports in $(ORACLE_REPORTS) for the
 # self-check (tests/support/workers.py, VanillaReports).
 ORACLE_REPORTS := build/oracle-reports
@@ -130,12 +132,12 @@ our-tests: install
 	rm -rf $(ORACLE_REPORTS)
 	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx \
-		--durations=15 -m 'not slow' tests
+		--durations=15 -m 'not slow and not registry' tests
 
 slow-tests: install
 	$(TIMED) 'our slow tests: builds, cold installs, benchmark smoke, MaxText, the demo' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx --durations=15 \
-		-m slow tests
+		-m 'slow and not registry' tests
 
 # The oracle's self-check: vanilla judged as ours must fail exactly the
 # checks of intended differences (tests/oracle/test_oracle.py), so the oracle
@@ -173,10 +175,8 @@ test-1dev: install upstream-tree
 	status=0; \
 	JAX_NUM_CPU_DEVICES=1 $(TIMED) 'our suite but the slow tests, on 1 CPU device' \
 		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
-		--durations=5 -m 'not slow' tests || status=$$?; \
-	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 \
-		XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 $(CURDIR)/$(TIMED) \
+		--durations=5 -m 'not slow and not registry' tests || status=$$?; \
+	cd $(UPSTREAM_TREE) && JAX_NUM_CPU_DEVICES=1 $(UPSTREAM_ENV) $(CURDIR)/$(TIMED) \
 		'upstream spmd, optimizer and transforms tests, on 1 CPU device' \
 		$(UPSTREAM_PYTEST) $(UPSTREAM_1DEV_TESTS) || status=$$?; \
 	exit $$status
@@ -187,8 +187,13 @@ test-1dev: install upstream-tree
 # upstream_plugin.py skips what tests/upstream/skips.txt lists, with reasons,
 # and runs each examples/nnx_toy_examples script as one test.
 UPSTREAM_TREE := build/upstream-tests
-UPSTREAM_PYTEST = env PYTHONPATH=$(CURDIR)/tests/upstream $(abspath $(VENV))/bin/pytest \
-	-p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
+# The pytest of venv $(1), with folder $(2) (optional) first on PYTHONPATH.
+upstream-pytest = env PYTHONPATH=$(if $(2),$(abspath $(2)):)$(CURDIR)/tests/upstream \
+	$(abspath $(1))/bin/pytest -p upstream_plugin -p no:cacheprovider -q -rfEsx -n $(WORKERS) --durations=15
+UPSTREAM_PYTEST = $(call upstream-pytest,$(VENV))
+# The environment of upstream's tests/run_all_tests.sh.
+UPSTREAM_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=4 \
+	JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1
 upstream-tests: upstream-suite upstream-examples
 
 upstream-tree: install
@@ -196,8 +201,7 @@ upstream-tree: install
 
 # The whole tests/ tree, in the environment of upstream's tests/run_all_tests.sh.
 upstream-suite: upstream-tree
-	cd $(UPSTREAM_TREE) && XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-		JAX_NUMPY_RANK_PROMOTION=raise FLAX_PROFILE=1 \
+	cd $(UPSTREAM_TREE) && $(UPSTREAM_ENV) \
 		$(CURDIR)/$(TIMED) 'upstream suite: the whole tests/ of the patched tree' \
 		$(UPSTREAM_PYTEST) tests
 
@@ -208,11 +212,64 @@ upstream-examples: upstream-tree
 		$(CURDIR)/$(TIMED) 'upstream examples: examples/nnx_toy_examples and examples/gemma' \
 		$(UPSTREAM_PYTEST) examples/nnx_toy_examples examples/gemma
 
-# Only the venvs make made (scripts/venv's marks): a directory of the same
-# name without them is left, saying so.
+# The newest jax, jaxlib, optax and orbax-checkpoint the registry serves, not
+# requirements/test.txt's pinned jax (CI's gate keeps the pin): in a venv of
+# their own ($(NEWEST_VENV)) with our wheel and the test tools, our suite but
+# the slow tests, then upstream's tests/nnx (the patched tree's) on ours and
+# on vanilla flax on the same versions (the registry's wheel of our release,
+# unpacked under $(NEWEST) and first on PYTHONPATH). scripts/compare-failures
+# then prints what fails on both and what fails on ours only. The target
+# fails where ours does worse than vanilla: a failure of our suite, or a test
+# of tests/nnx failing on ours only. JAX_PACKAGES='jax==0.12.1 jaxlib==0.12.1
+# optax orbax-checkpoint' runs it on the versions given instead.
+NEWEST_VENV ?= .venv-newest
+NEWEST := build/newest
+NEWEST_PY := $(NEWEST_VENV)/bin/python
+JAX_PACKAGES ?= jax jaxlib optax orbax-checkpoint
+test-newest:
+	scripts/venv $(NEWEST_VENV)
+	$(call build-wheel,$(NEWEST_VENV))
+	rm -rf $(NEWEST) && mkdir -p $(NEWEST)/vanilla
+	grep -v '^jax' requirements/test.txt > $(NEWEST)/test.txt
+	$(TIMED) 'installing our wheel, the test tools and the newest $(JAX_PACKAGES)' \
+		$(NEWEST_PY) -m pip install --quiet --upgrade -r $(NEWEST)/test.txt \
+		-r requirements/upstream-tests.txt build/dist/flax-*.whl $(JAX_PACKAGES)
+	$(NEWEST_PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
+	$(NEWEST_PY) -m pip install --quiet --force-reinstall --no-deps build/dist/flax-*.whl
+	flax=$$($(NEWEST_PY) -c 'import flax; print(flax.__version__.split("+")[0])'); \
+		$(NEWEST_PY) -m pip download --quiet --no-deps --only-binary :all: \
+		"flax==$$flax" -d $(NEWEST)/vanilla
+	$(NEWEST_PY) -m zipfile -e $(NEWEST)/vanilla/flax-*.whl $(NEWEST)/vanilla/site
+	PYTHONPATH=$(NEWEST)/vanilla/site $(NEWEST_PY) -c 'import sys, flax; \
+		print("vanilla: flax", flax.__version__); sys.exit("+" in flax.__version__)'
+	$(NEWEST_PY) -m pip list | grep -E '^(flax|jax|jaxlib|optax|orbax-checkpoint|numpy) '
+	$(NEWEST_PY) -m flaxpq tests-tree --dest $(NEWEST)/upstream-tests --force
+	status=0; \
+	$(TIMED) 'our suite but the slow tests, on the newest versions' \
+		$(NEWEST_PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
+		--durations=5 -m 'not slow' tests || status=$$?; \
+	cd $(NEWEST)/upstream-tests; \
+	$(UPSTREAM_ENV) $(CURDIR)/$(TIMED) "upstream's tests/nnx on ours" \
+		$(call upstream-pytest,$(NEWEST_VENV)) --junitxml=../ours.xml tests/nnx || true; \
+	$(UPSTREAM_ENV) $(CURDIR)/$(TIMED) "upstream's tests/nnx on vanilla" \
+		$(call upstream-pytest,$(NEWEST_VENV),$(NEWEST)/vanilla/site) \
+		--junitxml=../vanilla.xml tests/nnx || true; \
+	cd $(CURDIR); \
+	$(NEWEST_PY) -m pip list | grep -E '^(jax|jaxlib|optax|orbax-checkpoint) '; \
+	if [ $$status != 0 ]; then echo "our suite FAILED on these versions (exit $$status)"; fi; \
+	scripts/compare-failures $(NEWEST)/ours.xml $(NEWEST)/vanilla.xml || status=1; \
+	exit $$status
+
+# What make and the tests made: build/ and dist/, hypothesis's database
+# (.hypothesis/, from the property tests), pytest's cache and Python's
+# __pycache__/ folders (outside venvs and .git), and only the venvs make made
+# (scripts/venv's marks): a directory of the same name without them is left,
+# saying so.
 clean:
-	rm -rf build dist
-	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV); do \
+	rm -rf build dist .hypothesis .pytest_cache
+	find . \( -name '.venv*' -o -name .git \) -prune -o -name __pycache__ -type d -prune \
+		-exec rm -rf {} +
+	for dir in $(VENV) $(DEMO_VENV) $(DEMO_VANILLA_VENV) $(NEWEST_VENV); do \
 		if [ -f "$$dir/.made-by-make" ] || [ -f "$$dir/.ready" ]; then rm -rf "$$dir"; \
 		elif [ -e "$$dir" ]; then echo "left $$dir: make did not make it"; fi; \
 	done

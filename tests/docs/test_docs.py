@@ -11,7 +11,8 @@ statement right after an indented block without the blank line that ends it
 environment (``make test`` exports the first two, ``make test-1dev`` the
 third), and it runs in an empty folder, so a page whose code needs 8 devices
 must set them up in its own first block (8 simulated CPU devices, also on an
-accelerator host). Blocks meant as illustration only use another fence
+accelerator host). The folder holds a copy of ``check_layout.py``, as the
+README tells a reader to make (``cp "$fork/check_layout.py" .``). Blocks meant as illustration only use another fence
 language (```text, ```bash). The REPL echoes what it echoes for a reader
 (the value of an expression statement), and stdout must be exactly what the
 page shows (its ```text blocks after "It prints ...:", in order; nothing
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +51,12 @@ def python_blocks(text: str) -> list[str]:
     return FENCE.findall(text)
 
 
+def reader_folder(folder: Path) -> Path:
+    """``folder`` with the copy of ``check_layout.py`` the README has a reader make."""
+    shutil.copy(REPO_ROOT / 'check_layout.py', folder)
+    return folder
+
+
 # What the REPL writes to stderr when a pasted statement fails, after its
 # prompts: a traceback, or (without one) a compile error of the paste.
 PROMPTS = re.compile(r'^(?:(?:>>>|\.\.\.) ?)+', re.MULTILINE)
@@ -66,7 +74,8 @@ def run_blocks(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
     """
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
     paste = ''.join(f'{block}\n' for block in python_blocks(text))
-    return subprocess.run([sys.executable, '-q', '-i'], input=paste, env=env, cwd=folder,
+    return subprocess.run([sys.executable, '-q', '-i'], input=paste, env=env,
+                          cwd=reader_folder(folder),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -100,8 +109,9 @@ def test_python_blocks_run_as_a_file(page: Path, tmp_path: Path) -> None:
     script = tmp_path / 'page.py'
     script.write_text('\n'.join(python_blocks(text)))
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
-    result = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, str(script)], env=env,
+                            cwd=reader_folder(tmp_path), capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert_matches(''.join(PRINTS.findall(text)), result.stdout, f'{page.name} as a file')
 

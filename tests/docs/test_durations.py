@@ -68,7 +68,7 @@ def test_the_make_test_duration_is_of_this_series_and_adds_up() -> None:
         assert found, f'the row does not name {step!r} with its duration: {row}'
         parts[step] = seconds(found)
     assert sum(parts.values()) <= seconds(total) <= sum(parts.values()) + 30, (parts, row)
-    suite = collected('-m', 'not slow', 'tests')
+    suite = collected('-m', 'not slow and not registry', 'tests')
     oracle = [node for node in suite if node.startswith('tests/oracle/')]
     assert re.search(MAKE_TEST_STEPS['suite'] + DURATION + rf' \({len(suite)} tests\)', row), \
         f'our suite has {len(suite)} tests: {row}'

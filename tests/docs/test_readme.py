@@ -5,11 +5,16 @@ start, and the maintainers' guide's copy of ``make demo``'s table is what
 ``examples/compare.py`` prints for vanilla (the registry's wheel) and ours
 (this venv). ``...`` in a
 copy elides what varies (``tests/docs/elide.py``). The duration table's guard
-is in ``tests/docs/test_durations.py``.
+is in ``tests/docs/test_durations.py``. The README stays under 9,000 bytes,
+its diff is made of the lines vanilla and ours print, the jax it says is
+tested is the pinned one, and (asking the registry: ``registry`` tests, which
+``make test-newest`` runs) the jax pip gives today and what ``"jax[tpu]"``
+resolves to are what it says.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -92,3 +97,78 @@ def test_the_demo_table_is_what_make_demo_prints(vanilla_python: str) -> None:
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert_matches(copy, result.stdout, 'examples/compare.py')
+
+
+def test_the_readme_stays_short() -> None:
+    assert len(README.encode()) <= 9000, len(README.encode())
+
+
+def test_the_diff_is_vanilla_then_ours_from_the_printed_blocks() -> None:
+    """"What changes for you": each ``-`` line is one vanilla prints (the
+    4-layer run the README shows), each ``+`` line one the Quick start
+    prints on ours, for the same quantity."""
+    diff = block_after(r'^## What changes for you$', 'diff').splitlines()
+    vanilla = block_after(r'^To see #5112 on vanilla', 'text').splitlines()
+    ours = block_after(r'^It prints \(jax', 'text').splitlines()
+    removed = [line[1:] for line in diff if line.startswith('-')]
+    added = [line[1:] for line in diff if line.startswith('+')]
+    assert len(removed) == len(added) == len(diff) / 2, diff
+    assert set(removed) <= set(vanilla) and set(added) <= set(ours), (diff, vanilla, ours)
+    assert [line.split(':')[0] for line in removed] == [line.split(':')[0] for line in added]
+
+
+def stated_versions(claim: str) -> list[str]:
+    """The bold versions of the README's paragraph that starts with ``claim``."""
+    said = ' '.join(README.split())
+    start = said.index(claim)
+    return re.findall(r'\*\*([\d.]+)\*\*', said[start:said.index('**TPU.**', start)])
+
+
+def test_the_tested_jax_is_the_pinned_one() -> None:
+    """The README's tested jax is what requirements/test.txt pins for CI."""
+    tested, _today = stated_versions('**jax.** Tested with')
+    pins = (REPO_ROOT / 'requirements' / 'test.txt').read_text()
+    assert f'jax=={tested}\n' in pins and f'jaxlib=={tested}\n' in pins, (tested, pins)
+
+
+def resolved(requirement: str, tmp_path: Path) -> dict[str, str]:
+    """What pip installs for ``requirement`` into an empty environment today
+    (``pip install --dry-run --report``: the registry's answer, nothing installed)."""
+    report = tmp_path / 'report.json'
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', '--dry-run',
+                    '--ignore-installed', '--report', str(report), requirement],
+                   check=True, capture_output=True, text=True, timeout=600)
+    return {item['metadata']['name']: item['metadata']['version']
+            for item in json.loads(report.read_text())['install']}
+
+
+@pytest.mark.registry
+def test_pip_gives_the_jax_the_readme_says(tmp_path: Path) -> None:
+    _tested, today = stated_versions('**jax.** Tested with')
+    versions = resolved('jax', tmp_path)
+    assert (versions['jax'], versions['jaxlib']) == (today, today), versions
+
+
+@pytest.mark.registry
+def test_jax_tpu_resolves_to_what_the_readme_says(tmp_path: Path) -> None:
+    said = ' '.join(README.split())
+    claim = re.search(r'Today it resolves to jax ([\d.]+) with libtpu ([\d.]+)', said)
+    assert claim, 'the README says what "jax[tpu]" resolves to'
+    versions = resolved('jax[tpu]', tmp_path)
+    assert (versions['jax'], versions['libtpu']) == (claim[1], claim[2]), versions
+    # The stack of the TPU run that docs/maintainers.md records.
+    assert f'jax[tpu]=={claim[1]}' in MAINTAINERS and f'libtpu {claim[2]}' in MAINTAINERS
+
+
+USER_PAGES = ['README.md', 'docs/sharding-stacked-layers.md', 'docs/compatibility.md',
+              'docs/bad-inputs.md', 'docs/install-offline.md',
+              'docs/migration-per-example-grads.md']
+
+
+def test_user_pages_carry_no_series_history() -> None:
+    """A user page names no series label (``nnxaxis.12``): the version a
+    user has is ``0.12.12+nnxaxis.N``; the history is CHANGELOG.md's and
+    docs/maintainers.md's."""
+    named = {page: re.findall(r'nnxaxis\.\d+', (REPO_ROOT / page).read_text())
+             for page in USER_PAGES}
+    assert not any(named.values()), named

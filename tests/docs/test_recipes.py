@@ -1,11 +1,12 @@
 """The pages' claims about vanilla flax 0.12.12, run on vanilla and on ours.
 
-- The README's "Is my model affected?" snippet, after the Quick start's
+- The README's "Is my model affected?" snippet (``check_layout.py``, copied
+  beside the program as the README says), after the Quick start's
   model and optimizer: on ours it prints the page's line (no ``MISMATCH``);
   the Quick start and the snippet as one file with ``splits=4`` on vanilla
   (where the Quick start's 3 layers stop at ``nnx.Optimizer``), as the page
   tells a reader to run them, print what the page shows vanilla prints: the
-  #5112 rows and Adam's moments; the README's bad layout
+  #5112 rows and Adam's moments; a layout the arrays cannot have
   (3 layers on ``'fsdp'``) raises ``IndivisibleError`` at ``nnx.Optimizer``
   on vanilla, and on ours trains with the layer axis unsharded while
   ``check_layout`` flags it.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +54,9 @@ def section_blocks(text: str, heading: str) -> list[str]:
 
 
 def run(code: str, folder: Path, vanilla: Path | None) -> str:
-    """``code`` as a script (as the pages do: no device flags from outside)."""
+    """``code`` as a script (as the pages do: no device flags from outside),
+    beside a copy of ``check_layout.py``."""
+    shutil.copy(REPO_ROOT / 'check_layout.py', folder)
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
     if vanilla is not None:
         env['PYTHONPATH'] = str(vanilla)
@@ -102,7 +106,7 @@ def test_what_the_readme_says_to_run_on_vanilla_shows_5112(
     prints the stale metadata, Adam's mu laid out unlike the kernel, and
     check_layout's rows for the kernel and Adam's mu and nu."""
     said = ' '.join(README.split())
-    assert ('run the same two blocks as one file in a venv with vanilla (`pip install '
+    assert ('run the same blocks as one file in a venv with vanilla (`pip install '
             'flax==0.12.12 optax`), with `splits=4` in place of `splits=3`') in said
     copy = block_after(README, r'^To see #5112 on vanilla', 'text')
     assert "opt_state.0.mu.kernel: like kernel (None, 'fsdp', 'tensor') actual " \
@@ -112,15 +116,18 @@ def test_what_the_readme_says_to_run_on_vanilla_shows_5112(
                              vanilla_flax), 'the README\'s vanilla run')
 
 
-def test_the_guide_runs_the_readmes_check_layout() -> None:
-    """The guide's Debugging section says its check_layout is the README's."""
-    readme = check_layout_block().split('\n\ncheck_layout(')[0]
-    guide = [b for b in FENCE.findall(GUIDE) if 'def check_layout' in b]
-    assert len(guide) == 1 and readme in guide[0]
+def test_the_readme_and_the_guide_import_check_layout_from_its_file() -> None:
+    """One check_layout: the README's and the guide's blocks import it from
+    ``check_layout.py``; neither page defines one."""
+    imported = 'from check_layout import check_layout'
+    assert check_layout_block().startswith(imported + '\n'), check_layout_block()
+    guide = [b for b in FENCE.findall(GUIDE) if 'check_layout(' in b]
+    assert len(guide) == 1 and imported in guide[0], guide
+    assert 'def check_layout' not in README + GUIDE
 
 
 def bad_layout() -> str:
-    """The README's bad layout: the Quick start's layers declared (None,
+    """A layout the arrays cannot have: the Quick start's layers declared (None,
     'tensor'), stacked on 'fsdp' (size 2), then one optimizer step."""
     code = built(quick_start())
     for old, new in (("('fsdp', 'tensor')))", "(None, 'tensor')))"),
@@ -138,15 +145,15 @@ def bad_layout() -> str:
 def test_the_bad_layout_builds_on_ours_and_check_layout_flags_it(
     vanilla_flax: Path, tmp_path: Path
 ) -> None:
-    """README: vanilla raises IndivisibleError at nnx.Optimizer; ours builds
-    and trains with the layer axis unsharded, and check_layout flags it."""
-    assert "vanilla raises `IndivisibleError` at `nnx.Optimizer`" in ' '.join(README.split())
-    flagged = re.search(r"gives? `(kernel: declared [^`]*MISMATCH)`", ' '.join(README.split()))
-    assert flagged, 'the README quotes the row check_layout prints for the bad layout'
+    """A layout the arrays cannot have (README: a ``MISMATCH`` on ours):
+    vanilla raises IndivisibleError at nnx.Optimizer; ours builds and trains
+    with the layer axis unsharded, and check_layout flags the kernel."""
+    assert 'a layout the arrays cannot have' in ' '.join(README.split())
     output = run(bad_layout() + check_layout_block(), tmp_path, None)
     assert output.splitlines() == [
         "trained: P(None, None, 'tensor') P(None, None, 'tensor')",
-        flagged[1], 'arrays checked: 5, MISMATCH: 1']
+        "kernel: declared ('fsdp', None, 'tensor') actual (None, None, 'tensor') MISMATCH",
+        'arrays checked: 5, MISMATCH: 1']
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_VARIABLES}
     script = tmp_path / 'bad.py'
     script.write_text(bad_layout())

@@ -76,7 +76,7 @@ def test_make_test_runs_each_long_step_under_timed() -> None:
     # wheel, install, the invariants, our suite but the slow tests, self-check
     assert len(steps) == 5, steps
     assert all('scripts/timed ' in line for line in steps), steps
-    assert '--no-hooks' in steps[2] and "-m 'not slow' tests" in steps[3], steps
+    assert '--no-hooks' in steps[2] and "-m 'not slow and not registry' tests" in steps[3], steps
     assert 'ORACLE_OURS=vanilla' in steps[4] and 'tests/oracle' in steps[4], steps
 
 
@@ -86,7 +86,7 @@ def test_make_test_full_is_make_test_then_the_slow_steps() -> None:
     # the hooks, our slow tests, upstream's suite, upstream's examples, and
     # make test-1dev (one recipe line: our suite, then upstream's three files)
     assert len(steps) == 10 and all('scripts/timed ' in line for line in steps), steps
-    assert '--no-hooks' not in steps[5] and '-m slow tests' in steps[6], steps
+    assert '--no-hooks' not in steps[5] and "-m 'slow and not registry' tests" in steps[6], steps
     assert 'examples/nnx_toy_examples' in steps[-2]
     assert steps[-1] == long_steps('test-1dev')[-1], steps
 
@@ -97,11 +97,65 @@ def test_make_test_1dev_runs_our_suite_and_upstreams_files_on_one_device() -> No
     recipe = ' '.join(long_steps('test-1dev')[-1].split())
     ours, upstream = recipe.split(' || status=$?; ')[:2]
     assert 'JAX_NUM_CPU_DEVICES=1 scripts/timed ' in ours, ours
-    assert "-m 'not slow' tests" in ours, ours
+    assert "-m 'not slow and not registry' tests" in ours, ours
     assert 'JAX_NUM_CPU_DEVICES=1' in upstream and '/scripts/timed ' in upstream, upstream
     for name in ('spmd_test.py', 'optimizer_test.py', 'transforms_test.py'):
         assert f'tests/nnx/{name}' in upstream, upstream
     assert recipe.endswith('|| status=$?; exit $status'), recipe
+
+
+def test_make_test_newest_installs_the_newest_and_compares_with_vanilla() -> None:
+    """Its own venv; jax, jaxlib, optax and orbax-checkpoint unpinned (CI's
+    pin of requirements/test.txt left out); our suite, then upstream's
+    tests/nnx on ours and on the registry's flax first on PYTHONPATH, both
+    also when the suite fails; then scripts/compare-failures."""
+    lines = recipe_lines('test-newest')
+    assert lines[0] == 'scripts/venv .venv-newest', lines
+    assert "grep -v '^jax' requirements/test.txt > build/newest/test.txt" in lines, lines
+    (install,) = [line for line in lines if '-r build/newest/test.txt' in line]
+    assert install.split()[-4:] == ['jax', 'jaxlib', 'optax', 'orbax-checkpoint'], install
+    assert '-r requirements/test.txt' not in ' '.join(lines)
+    # vanilla's side is the registry's flax, not a wheel of ours found locally
+    assert any(line.startswith('PYTHONPATH=build/newest/vanilla/site ')
+               and 'sys.exit("+" in flax.__version__)' in line for line in lines), lines
+    recipe = ' '.join(lines[-1].split())
+    plugin = REPO_ROOT / 'tests' / 'upstream'
+    vanilla = REPO_ROOT / 'build' / 'newest' / 'vanilla' / 'site'
+    for step in ("-m 'not slow' tests || status=$?;",
+                 f'"upstream\'s tests/nnx on ours" env PYTHONPATH={plugin} ',
+                 f'"upstream\'s tests/nnx on vanilla" env PYTHONPATH={vanilla}:{plugin} '):
+        assert step in recipe, (step, recipe)
+    assert recipe.count('tests/nnx || true;') == 2, recipe
+    assert recipe.endswith('scripts/compare-failures build/newest/ours.xml '
+                           'build/newest/vanilla.xml || status=1; exit $status'), recipe
+
+
+def junit(path: Path, failed: list[str], passed: list[str]) -> Path:
+    """A JUnit XML report as pytest writes it: ``module.Class::test`` names."""
+    cases = [f'<testcase classname="{name.split("::")[0]}" name="{name.split("::")[1]}">'
+             f'{"<failure message='x'/>" if name in failed else ""}</testcase>'
+             for name in failed + passed]
+    path.write_text(f'<testsuites><testsuite>{"".join(cases)}</testsuite></testsuites>')
+    return path
+
+
+def test_compare_failures_prints_both_and_ours_only_and_fails_on_ours_only(
+    tmp_path: Path
+) -> None:
+    both, ours_only, vanilla_only = 'a_test.T::both', 'a_test.T::ours', 'a_test.T::vanilla'
+    ours = junit(tmp_path / 'ours.xml', [both, ours_only], [vanilla_only])
+    vanilla = junit(tmp_path / 'vanilla.xml', [both, vanilla_only], [ours_only])
+    script = str(REPO_ROOT / 'scripts' / 'compare-failures')
+    result = subprocess.run([script, str(ours), str(vanilla)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines() == [
+        'fails on both: 1', f'  {both}', 'fails on ours only: 1', f'  {ours_only}',
+        'fails on vanilla only: 1', f'  {vanilla_only}']
+    fixed = junit(tmp_path / 'fixed.xml', [both], [ours_only, vanilla_only])
+    result = subprocess.run([script, str(fixed), str(vanilla)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and 'fails on ours only: 0' in result.stdout, result.stdout
 
 
 def test_make_demo_installs_only_the_demo_requirements_in_its_own_venvs() -> None:
@@ -146,18 +200,24 @@ def test_scripts_venv_refuses_a_directory_it_did_not_make(tmp_path: Path) -> Non
 
 
 def test_make_clean_removes_build_and_the_venvs_make_made_only(tmp_path: Path) -> None:
-    """In a folder holding make's demo venvs (marked) and a user's
-    ``.venv-test`` (unmarked): the marked ones and build/ go, the user's stays."""
-    for name, mark in (('.venv-demo', '.made-by-make'), ('.venv-demo-vanilla', '.ready')):
+    """In a folder holding make's demo and newest-versions venvs (marked),
+    a user's ``.venv-test`` (unmarked) and what the tests leave: the marked
+    ones, build/, .hypothesis/ and __pycache__/ go, the user's venv stays whole."""
+    for name, mark in (('.venv-demo', '.made-by-make'), ('.venv-demo-vanilla', '.ready'),
+                       ('.venv-newest', '.ready')):
         (tmp_path / name).mkdir()
         (tmp_path / name / mark).touch()
     users = a_users_venv(tmp_path / '.venv-test')
     (tmp_path / 'build').mkdir()
+    (tmp_path / '.hypothesis' / 'examples').mkdir(parents=True)
+    (tmp_path / 'tests' / 'docs' / '__pycache__').mkdir(parents=True)
+    (users / 'lib' / '__pycache__').mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(('MAKE', 'MFLAGS'))}
     result = subprocess.run(['make', '--no-print-directory', '-f', str(REPO_ROOT / 'Makefile'),
                              'clean'], cwd=tmp_path, capture_output=True, text=True,
                             env=env, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['.venv-test'], result.stdout
-    assert (users / 'mine.txt').exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['.venv-test', 'tests'], result.stdout
+    assert list((tmp_path / 'tests').rglob('*')) == [tmp_path / 'tests' / 'docs']
+    assert (users / 'mine.txt').exists() and (users / 'lib' / '__pycache__').exists()
     assert 'left .venv-test: make did not make it' in result.stdout, result.stdout

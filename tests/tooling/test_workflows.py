@@ -67,3 +67,17 @@ def test_the_tpu_workflow_filters_the_hugepages_warning_and_runs_one_process() -
     for line in runs:
         assert "-W 'ignore:Transparent hugepages'" in line, line
         assert not re.search(r' -n ', line), line
+
+
+def test_the_newest_versions_run_is_its_own_workflow_not_the_gate() -> None:
+    """make test-newest runs weekly and on demand in a workflow of its own;
+    CI's gate keeps the pinned jax (make test-full, which never runs it)."""
+    workflow = (REPO_ROOT / '.github' / 'workflows' / 'newest.yml').read_text()
+    active = '\n'.join(line for line in workflow.splitlines() if not line.startswith('#'))
+    assert 'schedule:' in active and 'workflow_dispatch:' in active
+    assert re.findall(r'run: (.*)', active) == ['make test-newest']
+    others = [w.read_text() for w in WORKFLOWS if w.name != 'newest.yml']
+    assert not any('test-newest' in text for text in others)
+    makefile = (REPO_ROOT / 'Makefile').read_text()
+    gate = re.search(r'^test-full: (.*)$', makefile, re.MULTILINE)
+    assert gate and 'test-newest' not in gate[1], gate
