@@ -988,3 +988,27 @@ def ref_param_through_a_negative_axis() -> Report:
 @probe()
 def ref_param_through_a_non_negative_axis() -> Report:
     return ref_param_through_vmap(1)
+
+
+# Heads made by nnx.transform_metadata inside layers made by an outer vmap:
+# vanilla's stack is ('h', 'a', 'b'), ours (None, 'h', 'a', 'b'), and ours'
+# outer default pass over vanilla's metadata raises (docs/compatibility.md).
+# The recipe for one layout on both: the outer transforms named None
+# (vanilla's workaround), at creation and in the pass.
+@probe()
+def decorated_heads_in_layers_named_none() -> Report:
+    none = {nnx.PARTITION_NAME: None}
+
+    @nnx.transform_metadata(partition='h')
+    def make_head(x: jax.Array) -> nnx.Param:
+        return nnx.Param(x * jnp.ones((4, 8)), out_sharding=('a', 'b'),
+                         eager_sharding=False)
+
+    @nnx.transform_metadata(partition='h')
+    def forward(w: nnx.Param) -> jax.Array:
+        return w[...].sum()
+
+    heads = nnx.vmap(nnx.vmap(make_head), transform_metadata=none)(jnp.ones((3, 2)))
+    made = spec(heads.out_sharding)['entries']
+    y = nnx.vmap(nnx.vmap(forward), transform_metadata=none)(heads)
+    return {'made': made, 'after': spec(heads.out_sharding)['entries'], 'y': digest(y)}
