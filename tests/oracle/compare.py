@@ -642,10 +642,27 @@ def check_made_state_mirrors_its_parameter(c: Judged) -> list[Divergence]:
         param = c.mirrored(o, path)
         vanilla_ok = v.apply.made[path].sharding == v.after_apply[param].sharding
         mine, want = o.apply.made[path].sharding, o.after_apply[param].sharding
+        if mine != want and mine == declared_on_auto(c.program, o.after_apply[param], param):
+            continue  # traced on an Auto mesh, the state follows the metadata (I4)
         if mine != want:
             found.append(('compat' if vanilla_ok else 'intended',
                           f'ours made {path}: {mine} but its parameter {param} is {want}'))
     return found
+
+
+def declared_on_auto(program: Program, param: Any, name: str) -> Any:
+    """On an Auto mesh, the sharding a parameter's declared ``out_sharding``
+    gives its array (a traced parameter has none, so an optimizer built in a
+    body places its state by the metadata, I4); None elsewhere, for logical
+    names and for a legacy key."""
+    leaf = next((leaf for leaf in program.leaves if leaf.name == name), None)
+    spec = param.metadata.get('out_sharding')
+    if program.mesh != 'auto' or leaf is None or leaf.key != 'out_sharding' \
+            or program.context_rules or leaf.local_rules or not isinstance(spec, dict) \
+            or not isinstance(param.sharding, dict):
+        return None
+    entries = list(spec['entries']) + [None] * (len(param.shape) - len(spec['entries']))
+    return {**param.sharding, 'spec': entries}
 
 
 def made_problems(report: Report, expected: dict[str, Any],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, HOSTILE, VISIBLE, Apply, Leaf, \
-    Program, Spec, Stack
+    Program, Spec, Stack, program_from_json
 from tests.support.checks import VANILLA_BUG_CASES
 
 ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
@@ -541,3 +541,28 @@ ROWS += [
 WORKAROUND_GAPS['optimizer in a default body over a declared stack, logical rules'] = (
     "vanilla's named path, given the stack's name 'a', removes it from the"
     " one-entry ('a',) and does not add it back to the empty spec (0.12.12: ())")
+
+# Found by the oracle (nnxaxis.15's long run; nnxaxis.14 alike): an Adam
+# optimizer built in a tree-mode body over a stack whose arrays are not laid
+# out as declared, on an Auto mesh: the traced parameter has no sharding, so
+# the state follows the metadata the body sees (I4), not the array.
+ROWS += [program_from_json(
+    '{"name": "optimizer in a tree-mode body over a stack not laid out as declared, Auto '
+    'mesh", "leaves": [{"name": "w0", "shape": [16], "spec": {"form": "tuple", "entries":'
+    ' [null], "unreduced": [], "reduced": []}, "key": "out_sharding", "optimizer_spec": '
+    '{"form": "tuple", "entries": [null], "unreduced": [], "reduced": []}, "extra_spec": '
+    '{"form": "list", "entries": ["x0", null], "unreduced": [], "reduced": []}, '
+    '"local_rules": false, "ref": false}, {"name": "w1", "shape": [16, 8, 16], "spec": '
+    '{"form": "list", "entries": [null], "unreduced": [], "reduced": []}, "key": '
+    '"sharding_names", "optimizer_spec": {"form": "list", "entries": [null], "unreduced":'
+    ' [], "reduced": []}, "extra_spec": {"form": "tuple", "entries": ["x0"], "unreduced":'
+    ' [], "reduced": []}, "local_rules": false, "ref": false}], "stacks": [{"kind": '
+    '"scan", "size": 4, "axis": 0, "partition": null, "mode": "graph-no-updates", '
+    '"extra": false, "decorator": null, "placement": null, "other": null, "replicated": '
+    '[]}, {"kind": "scan", "size": 4, "axis": 0, "partition": "b", "mode": "graph", '
+    '"extra": true, "decorator": null, "placement": null, "other": null, "replicated": '
+    '[]}], "mesh": "auto", "context_rules": false, "apply": {"kind": "vmap", "partition":'
+    ' "layers", "mode": "tree", "wrap": "optimizer", "state_axes": false, "shard_map": '
+    'false, "callable": "mock", "other": null, "decorator": null, "placement": null, '
+    '"nested": false}, "consumers": ["eval_shape", "named_sharding"], "optimizer": null, '
+    '"custom": null, "arguments": []}')]
