@@ -1,8 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 6 min 54 s on 2 cores at load 5-6 from a
-#               fresh clone with empty caches, 6 min 37 s of CPU
+#               loop to run often, 7 min 47 s on 2 cores at load 2-5 from a
+#               fresh clone with empty caches, 6 min 52 s of CPU
 #               (docs/maintainers.md, Durations)
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
