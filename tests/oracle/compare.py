@@ -25,7 +25,7 @@ from tests.oracle.programs import DEFAULT, EXTRA_KEY, Program, Spec, after_pass_
     longer_than_the_slice_inside, \
     made_metadata, pass_error, pass_runs, placing_field, resolve, stacked_rank, \
     stacked_spec_inside, stale_leaves, \
-    unlike_layers_inside, stacking_rule
+    unlike_layers_inside, stacking_rule, writes_back_broadcasts
 from tests.oracle.reports import Report, VariableReport
 
 Divergence = tuple[str, str]  # (tag, message)
@@ -303,10 +303,16 @@ def check_vanilla_metadata_is_modelled(c: Judged) -> list[Divergence]:
 
 
 def check_vanilla_runs_as_modelled(c: Judged) -> list[Divergence]:
-    """Vanilla's forward pass runs only where the model of vanilla says it removes its entry."""
+    """Vanilla's forward pass runs only where the model of vanilla says it
+    removes its entry, and, a simple scan inside ``jax.shard_map``, where it
+    does not write its broadcasts back (``writes_back_broadcasts``)."""
     if c.vanilla.ok and not c.vanilla_should_run:
         return [('model', 'vanilla ran, but the model expects its forward pass to '
                           'fail removing the given PARTITION_NAME')]
+    if c.vanilla.ok and c.expect_v is not None \
+            and writes_back_broadcasts(c.program, 'vanilla'):
+        return [('model', 'vanilla ran, but the model expects its scan inside '
+                          'jax.shard_map to fail writing its broadcasts back')]
     return []
 
 

@@ -566,3 +566,17 @@ ROWS += [program_from_json(
     'false, "callable": "mock", "other": null, "decorator": null, "placement": null, '
     '"nested": false}, "consumers": ["eval_shape", "named_sharding"], "optimizer": null, '
     '"custom": null, "arguments": []}')]
+
+# Issue 61 (nnxaxis.16; nnxaxis.15's second long run found the third): a
+# simple scan (tree mode, or graph mode without updates) inside
+# jax.shard_map, its unmapped layer a broadcast made outside it. Vanilla
+# writes every broadcast back after lax.scan, changed or not, across the
+# trace level (TraceContextError); ours writes back only what the body
+# changed, here nothing, and runs; also with a pytree op between the mapped
+# and the unmapped layer in the body, as in the long run's program.
+ROWS += [
+    Program(f'{mode} scan with a broadcast inside shard_map{wrap_name}',
+            (leaf('tuple', None, 'b'),), (Stack('vmap', 2, 0, DEFAULT, 'tree'),),
+            apply=Apply('scan', DEFAULT, mode, wrap, shard_map=True))
+    for mode, wrap, wrap_name in (('tree', 'none', ''), ('graph-no-updates', 'none', ''),
+                                  ('tree', 'tree_map', ', a pytree op in the body'))]

@@ -718,9 +718,28 @@ def after_pass_metadata(program: Program, flax: str, meta: dict[str, dict[str, A
         return meta
 
 
+# What vanilla's simple scan raises writing an unchanged broadcast back
+# across jax.shard_map's trace level (``writes_back_broadcasts``)
+WRITE_BACK_ERROR = 'from a different trace level'
+
+
+def writes_back_broadcasts(program: Program, flax: str) -> bool:
+    """Whether the forward pass fails writing its unmapped layer back: on
+    vanilla, a scan in tree mode or graph mode without updates (the simple
+    scan) writes every broadcast Variable back after ``lax.scan``, changed
+    or not, and inside ``jax.shard_map`` the unmapped layer, made outside
+    it, is of another trace level (``TraceContextError``; a ``ref=True``
+    Variable is not checked). Ours writes back only what the body changed
+    (nnxaxis.16, issue 61), and no body here changes the unmapped layer."""
+    a = program.apply
+    return flax == 'vanilla' and a is not None and a.kind == 'scan' and a.shard_map \
+        and MODES[a.mode] != (True, True) and any(not l.ref for l in program.leaves)
+
+
 def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> str | None:
     """What the forward pass's call raises by the rule (on the first mapped
-    leaf it fails), as a part of the exception's first line; None: it runs."""
+    leaf it fails, else vanilla's write-back of its broadcasts), as a part
+    of the exception's first line; None: it runs."""
     if program.apply is None or not program.stacks:
         return None
     calls = apply_pass(program, flax, meta)
@@ -729,7 +748,7 @@ def pass_error(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
             calls.inside(_mapped_fields(program, meta, leaf), stacked_rank(program, leaf))
         except CallError as e:
             return str(e)
-    return None
+    return WRITE_BACK_ERROR if writes_back_broadcasts(program, flax) else None
 
 
 def made_metadata(program: Program, flax: str, meta: dict[str, dict[str, Any]],

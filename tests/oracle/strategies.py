@@ -359,6 +359,8 @@ def families(program: Program) -> list[str]:
             found.append('ambiguous give-back')
         if a.shard_map:
             found.append('shard_map')
+            if a.kind == 'scan' and a.mode != 'graph':  # a simple scan, a broadcast
+                found.append('shard_map simple scan')
     if 'pmap' in {s.kind for s in program.stacks} | {getattr(program.apply, 'kind', None)}:
         found.append('pmap')
     found.append(f'mesh:{program.mesh}')
