@@ -241,6 +241,12 @@ def programs(draw: st.DrawFn) -> Program:
         if outer.kind == 'pmap':
             kinds = ['pmap', 'vmap']
         kind = 'vmap' if refs else draw(st.sampled_from(kinds))
+        # issue 61: a simple scan (tree mode, or graph mode without updates)
+        # inside jax.shard_map, its unmapped layer a broadcast made outside
+        simple_scan = mesh == 'auto' and 'scan' in kinds and not refs \
+            and draw(st.integers(0, 3)) == 0
+        if simple_scan:
+            kind = 'scan'
         if focus == 'grad':
             kind = 'vmap'  # nnx.grad under nnx.vmap
         # series 13: the body an inner default vmap over the second stack's axis
@@ -257,6 +263,8 @@ def programs(draw: st.DrawFn) -> Program:
         if not declared and any(l.spec is not None and not l.spec.entries for l in leaves):
             partitions = [DEFAULT]
         mode = draw(st.sampled_from(sorted(MODES)))
+        if simple_scan and kind == 'scan':
+            mode = draw(st.sampled_from(['graph-no-updates', 'tree']))
         wraps = ['none', 'remat', 'cond', 'return', *(
             w for w in WRAPS if (w != 'optimizer' or (outer.axis == 0 and not nested))
             and not (refs and w == 'grad'))]
@@ -296,7 +304,8 @@ def programs(draw: st.DrawFn) -> Program:
         apply = Apply(kind, partition, mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       # replicated in_specs: arrays sharded on Explicit meshes are rejected
-                      shard_map=mesh == 'auto' and draw(st.booleans()), callable=body,
+                      shard_map=mesh == 'auto' and (simple_scan or draw(st.booleans())),
+                      callable=body,
                       other=other, decorator=decorator, placement=placement, nested=nested)
     consumers = ['eval_shape']
     if not refs and not any(spec_only_on_no_mesh(l.spec) for l in leaves):
