@@ -170,7 +170,9 @@ def test_uv_add_pins_the_python_and_a_teammates_uv_sync_uses_it(tmp_path: Path) 
         text = (folder / name).read_text()
         assert env['fork'] not in text, (name, text)
         shutil.copy(folder / name, teammate)
-    assert requirement.split(' @ ')[1] in (teammate / 'pyproject.toml').read_text()
+    url, commit = requirement.split(' @ git+')[1].rsplit('@', 1)
+    sources = (teammate / 'pyproject.toml').read_text()  # uv's [tool.uv.sources]
+    assert f'git = "{url}", rev = "{commit}"' in sources, sources
     paste('uv sync --quiet', teammate, machine_env())
     python = teammate / '.venv' / 'bin' / 'python'
     assert installed_version(python) == PIN.local_version
