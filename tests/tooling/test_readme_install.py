@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from flaxpq.project import REPO_ROOT, Project
-from tests.tooling.builds import installed_version, run_ok
+from tests.tooling.builds import installed_version, published_clone, run_ok
 
 pytestmark = pytest.mark.slow
 
@@ -78,19 +78,6 @@ def plain_machine_path(folder: Path) -> str:
     folder.mkdir()
     (folder / 'python3.12').symlink_to(python312())
     return os.pathsep.join([str(folder), '/usr/local/bin', '/usr/bin', '/bin'])
-
-
-def published_clone(tmp_path: Path) -> tuple[Path, Path, str]:
-    """A bare repository with ``main`` at this repository's HEAD (the
-    published one), a reader's clone of it, and HEAD's commit."""
-    commit = run_ok('git', '-C', REPO_ROOT, 'rev-parse', 'HEAD').strip()
-    published = tmp_path / 'published' / 'flax-nnxaxis.git'
-    run_ok('git', 'clone', '--quiet', '--bare', REPO_ROOT, published)
-    run_ok('git', '-C', published, 'update-ref', 'refs/heads/main', commit)
-    run_ok('git', '-C', published, 'symbolic-ref', 'HEAD', 'refs/heads/main')
-    clone = tmp_path / 'src' / 'flax-nnxaxis'
-    run_ok('git', 'clone', '--quiet', published, clone)
-    return published, clone, commit
 
 
 def project(tmp_path: Path, path: str | None = None) -> tuple[Path, dict[str, str], str]:

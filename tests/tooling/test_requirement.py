@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from flaxpq.requirement import pip_url, requirement
-from tests.tooling.builds import fresh_clone, run_ok
+from tests.tooling.builds import published_clone, run_ok
 
-COMMIT = r'[0-9a-f]{40}'
 
 
 @pytest.mark.parametrize('remote, url', [
@@ -62,11 +61,11 @@ def test_a_clone_without_a_remote_gets_its_own_path_and_a_note(tmp_path: Path) -
 
 
 def test_the_command_prints_the_line_alone_on_stdout(tmp_path: Path) -> None:
-    """In a fresh clone (its origin: this repository), as the README runs it."""
-    clone, commit = fresh_clone(tmp_path / 'clone')
+    """In a clone of a published copy of this repository (main at HEAD), as
+    the README runs it."""
+    published, clone, commit = published_clone(tmp_path)
     result = subprocess.run([sys.executable, '-m', 'flaxpq', 'requirement'], cwd=clone,
                             capture_output=True, text=True, timeout=60)
-    origin = run_ok('git', '-C', clone, 'remote', 'get-url', 'origin').strip()
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f'flax @ git+file://{origin}@{commit}\n'
+    assert result.stdout == f'flax @ git+file://{published}@{commit}\n'
     assert result.stderr == ''
