@@ -1,6 +1,6 @@
 """The README's install blocks where they cannot go on: pasted alone into
 ``bash -eu`` in a new folder, a block without ``fork`` stops at its first
-line, and one on a machine without Python 3.12 or newer stops at its pick,
+line (unset, or no clone there), and one on a machine without Python 3.12 or newer stops at its pick,
 each with a sentence that says what to do, before anything is made. The
 blocks' installs are ``test_readme_install.py``'s (slow)."""
 
@@ -26,13 +26,19 @@ def paste(block: str, folder: Path, env: dict[str, str]) -> subprocess.Completed
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.parametrize('fork', [None, '', 'no-such-folder', 'tests'])
 @pytest.mark.parametrize('which', BLOCKS)
-def test_without_fork_a_block_says_what_to_set(which: str, tmp_path: Path) -> None:
+def test_without_a_clone_a_block_says_what_to_set(
+    which: str, fork: str | None, tmp_path: Path
+) -> None:
+    """``fork`` unset, empty, a missing folder, or a folder that is no clone."""
     env = {k: v for k, v in os.environ.items() if k != 'fork'}
+    if fork is not None:
+        env['fork'] = str(REPO_ROOT / fork) if fork == 'tests' else fork
     result = paste(BLOCKS[which](), tmp_path / 'project', env)
     assert result.returncode != 0
-    assert result.stderr == ('bash: line 1: fork: must be your clone of this repository: '
-                             'fork=~/src/flax-nnxaxis\n'), result.stderr
+    assert result.stderr == "Set fork to your clone's path: fork=~/src/flax-nnxaxis\n", \
+        result.stderr
     assert list((tmp_path / 'project').iterdir()) == []
 
 

@@ -37,7 +37,8 @@ pytestmark = pytest.mark.slow
 
 README = (REPO_ROOT / 'README.md').read_text()
 PIN = Project().pin()
-FIRST_LINE = ': "${fork:?must be your clone of this repository: fork=~/src/flax-nnxaxis}"'
+FIRST_LINE = ('[ -x "${fork:-}/scripts/find-python" ] || { echo "Set fork to your clone\'s '
+              'path: fork=~/src/flax-nnxaxis" >&2; false; }')
 REQUIREMENT = 'req="$(cd "$fork" && "$py" -m flaxpq requirement)"'
 
 
