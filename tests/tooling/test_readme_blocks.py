@@ -1,8 +1,9 @@
 """The README's install blocks where they cannot go on: pasted alone into
-``bash -eu`` in a new folder, a block without ``fork`` stops at its first
-line (unset, or no clone there), and one on a machine without Python 3.12 or newer stops at its pick,
-each with a sentence that says what to do, before anything is made. The
-blocks' installs are ``test_readme_install.py``'s (slow)."""
+``bash -eu`` in a new folder, a block whose ``fork`` is unset or no clone
+stops at its first line, and one on a machine without Python 3.12 or newer
+stops at its pick, each with a sentence that says what to do, before
+anything is made. The blocks' installs are ``test_readme_install.py``'s
+(slow)."""
 
 from __future__ import annotations
 
