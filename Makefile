@@ -1,9 +1,10 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 7 min 47 s on 2 cores at load 2-5 from a
-#               fresh clone with empty caches, 6 min 52 s of CPU
-#               (docs/maintainers.md, Durations)
+#               loop to run often, 6 min 52 s of CPU time (the figure that
+#               holds at any load; 7 min 47 s on 2 cores at load 2-5 from a
+#               fresh clone with empty caches: docs/maintainers.md, Durations);
+#               it prints progress, then failures and a summary
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
 #               (builds, cold installs, benchmark smoke, MaxText, the demo),
 #               upstream's whole tests/ and the NNX examples, then make test-1dev
@@ -120,7 +121,8 @@ check: venv
 check-hooks: venv
 	$(TIMED) 'flaxpq check: the invariants and upstream pre-commit hooks' $(PY) -m flaxpq check
 
-# -v: one line per test as it ends (the cold installs take minutes each);
+# -q for our suite: progress, then failures, skips and the summary (-v, one
+# line per test, for the slow tests, where each takes minutes);
 # --durations: the slowest tests at the end.
 # -m slow: tests that build, install or run a whole program; -m registry: tests
 # that ask the package registry what it serves today (make test-newest runs
@@ -131,7 +133,7 @@ ORACLE_REPORTS := build/oracle-reports
 our-tests: install
 	rm -rf $(ORACLE_REPORTS)
 	ORACLE_REPORTS=$(ORACLE_REPORTS) $(TIMED) 'our suite: tests/ but the slow ones, on $(WORKERS) workers' \
-		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -v -rfEsx \
+		$(PY) -m pytest -n $(WORKERS) -p no:cacheprovider -q -rfEsx \
 		--durations=15 -m 'not slow and not registry' tests
 
 slow-tests: install

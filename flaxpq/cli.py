@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from flaxpq import QueueError, checks, gitqueue, hooks, sdist, upstream, wheel
+from flaxpq import QueueError, checks, gitqueue, hooks, requirement, sdist, upstream, wheel
 from flaxpq.project import Project
 
 Command = Callable[[Project, argparse.Namespace], int]
@@ -101,6 +101,14 @@ def version(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def requirement_command(project: Project, args: argparse.Namespace) -> int:
+    line, note = requirement.requirement(project.root, project.pin().package)
+    print(line)
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
 def default_tree(project: Project) -> Path:
     """build/work/flax: the tree ``materialize`` makes and ``export`` reads."""
     return project.work_dir / project.pin().package
@@ -158,6 +166,9 @@ def parser() -> argparse.ArgumentParser:
     sub = command('wheel', build_wheel, 'build the patched flax wheel')
     sub.add_argument('--out', type=Path, default=Path('dist'))
     command('version', version, "print our wheel's version")
+    command('requirement', requirement_command, 'print the requirement that installs this '
+            "clone's commit (its remote URL at the 40-digit commit) for requirements.txt "
+            'or pyproject.toml')
     return top
 
 

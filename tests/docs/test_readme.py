@@ -172,3 +172,36 @@ def test_user_pages_carry_no_series_history() -> None:
     named = {page: re.findall(r'nnxaxis\.\d+', (REPO_ROOT / page).read_text())
              for page in USER_PAGES}
     assert not any(named.values()), named
+
+
+def pytest_in(folder: Path, filters: list[str]) -> subprocess.CompletedProcess[str]:
+    """pytest, with ``filters`` as its ``filterwarnings``, on a test module
+    that imports orbax.checkpoint, in ``folder``."""
+    folder.mkdir()
+    (folder / 'pyproject.toml').write_text(
+        f'[tool.pytest.ini_options]\nfilterwarnings = {json.dumps(filters)}\n')
+    (folder / 'test_imports.py').write_text(
+        'import orbax.checkpoint\n\n\ndef test_imported():\n    assert orbax.checkpoint\n')
+    return subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                           '-p', 'no:xdist', '-p', 'no:randomly'], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_orbax_filter_the_readme_gives_silences_jax_0_12_1s_warning(tmp_path: Path) -> None:
+    """With jax 0.12.1 (``make test-newest``), ``import orbax.checkpoint``
+    warns, so a project whose pytest makes warnings errors fails to collect;
+    the README's ``filterwarnings`` line lets it pass. Skipped on other jax
+    versions (CI's pin, 0.12.0.1, does not warn)."""
+    said = ' '.join(README.split())
+    claim = re.search(r'With jax ([\d.]+), `import orbax.checkpoint` warns .*?'
+                      r'`filterwarnings` takes `"([^"]+)"`', said)
+    assert claim, 'the README gives the filter'
+    import jax
+    if jax.__version__ != claim[1]:
+        pytest.skip(f'jax {jax.__version__} here; the README speaks of jax {claim[1]}')
+    strict = pytest_in(tmp_path / 'strict', ['error'])
+    assert strict.returncode != 0, strict.stdout
+    assert ('DeprecationWarning: jax.sharding.SingleDeviceSharding is deprecated'
+            in strict.stdout), strict.stdout[-3000:]
+    filtered = pytest_in(tmp_path / 'filtered', ['error', claim[2]])
+    assert filtered.returncode == 0, filtered.stdout[-3000:]

@@ -61,6 +61,19 @@ def fresh_clone(dest: Path) -> tuple[Path, str]:
     return dest, commit
 
 
+def published_clone(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A bare repository with ``main`` at this repository's HEAD (the
+    published one), a reader's clone of it, and HEAD's commit."""
+    commit = run_ok('git', '-C', REPO_ROOT, 'rev-parse', 'HEAD').strip()
+    published = tmp_path / 'published' / 'flax-nnxaxis.git'
+    run_ok('git', 'clone', '--quiet', '--bare', REPO_ROOT, published)
+    run_ok('git', '-C', published, 'update-ref', 'refs/heads/main', commit)
+    run_ok('git', '-C', published, 'symbolic-ref', 'HEAD', 'refs/heads/main')
+    clone = tmp_path / 'src' / 'flax-nnxaxis'
+    run_ok('git', 'clone', '--quiet', published, clone)
+    return published, clone, commit
+
+
 def fresh_venv(path: Path, env: dict[str, str]) -> Path:
     """A new venv of this Python with the latest pip; its python."""
     venv.create(path, with_pip=True)

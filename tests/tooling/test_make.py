@@ -78,6 +78,8 @@ def test_make_test_runs_each_long_step_under_timed() -> None:
     assert all('scripts/timed ' in line for line in steps), steps
     assert '--no-hooks' in steps[2] and "-m 'not slow and not registry' tests" in steps[3], steps
     assert 'ORACLE_OURS=vanilla' in steps[4] and 'tests/oracle' in steps[4], steps
+    # our suite prints progress, failures and a summary: no line per test
+    assert ' -q ' in steps[3] and ' -v ' not in steps[3], steps[3]
 
 
 def test_make_test_full_is_make_test_then_the_slow_steps() -> None:

@@ -1,18 +1,22 @@
-"""The README's "Install" forms, each pasted in a project folder outside the
-clone into a fresh venv, then its "Back to vanilla" line for the same
-installer.
+"""The README's "Install" blocks, each pasted alone into ``bash -eu`` in a
+fresh project folder outside the clone, then its "Back to vanilla" line for
+the same installer.
 
-``fork`` (which the README has the reader set) names a fresh clone whose
-``main`` is this repository's HEAD (commit first). The forms: the pip block,
-on a plain machine (``python3.12`` on ``PATH``, no pyenv) and under pyenv
-(this machine's ``PATH``); the uv block, after the pip block's first line
-(which picks the interpreter), in a uv project; the requirements line and
-the ``pyproject.toml`` dependency, with the remote URL the clone's
-``file://`` URL and ``<commit>`` HEAD's 40 digits, installed with pip into
-the venv of the pip block's first three lines. The machine's pip and uv
-caches serve them (the cold-cache installs are ``test_cold_install.py``'s);
-uv may not download a CPython of its own (``UV_PYTHON_DOWNLOADS=never``):
-the README gives it the interpreter.
+The reader's clone (``fork``, which each block's first line asks for) is a
+clone of a published repository: a bare repository made from this one with
+``main`` at HEAD (commit first), so the requirement the blocks install
+(``python -m flaxpq requirement``) is the published URL at HEAD's 40 digits,
+as on a clone of a remote. The forms: the pip block, on a plain machine
+(``python3.12`` on ``PATH``, no pyenv) and under pyenv (this machine's
+``PATH``), with its quick check; the uv block in a uv project, then a
+teammate's checkout of that project (its ``pyproject.toml``, ``uv.lock`` and
+``.python-version``) through ``uv sync``; the printed requirement in a
+``requirements.txt`` and in ``pyproject.toml``'s ``dependencies`` of another
+folder, installed with pip. The machine's pip and uv caches serve them (the
+cold-cache installs are ``test_cold_install.py``'s); uv may not download a
+CPython of its own (``UV_PYTHON_DOWNLOADS=never``): the blocks pin the
+interpreter. The blocks' refusals (no ``fork``, no Python 3.12) are
+``test_readme_blocks.py``'s.
 """
 
 from __future__ import annotations
@@ -27,13 +31,15 @@ from pathlib import Path
 import pytest
 
 from flaxpq.project import REPO_ROOT, Project
-from tests.tooling.builds import fresh_clone, installed_version, run_ok
+from tests.tooling.builds import installed_version, published_clone, run_ok
 
 pytestmark = pytest.mark.slow
 
 README = (REPO_ROOT / 'README.md').read_text()
 PIN = Project().pin()
-REMOTE = 'git+https://github.com/<org>/<repo>.git@<commit>'
+FIRST_LINE = ('[ -x "${fork:-}/scripts/find-python" ] || { echo "Set fork to your clone\'s '
+              'path: fork=~/src/flax-nnxaxis" >&2; false; }')
+REQUIREMENT = 'req="$(cd "$fork" && "$py" -m flaxpq requirement)"'
 
 
 def section_blocks(heading: str, fence: str = 'bash') -> list[str]:
@@ -75,33 +81,41 @@ def plain_machine_path(folder: Path) -> str:
     return os.pathsep.join([str(folder), '/usr/local/bin', '/usr/bin', '/bin'])
 
 
-def project(tmp_path: Path, path: str | None = None) -> tuple[Path, dict[str, str]]:
-    """A fresh clone of HEAD as ``main``, and a project folder outside it with
-    the environment a reader pastes in: ``fork`` set, and ``PATH`` (this
-    machine's unless given) with this venv's ``uv``."""
-    clone, commit = fresh_clone(tmp_path / 'flax-nnxaxis')
-    run_ok('git', '-C', clone, 'checkout', '--quiet', '-B', 'main', commit)
+def project(tmp_path: Path, path: str | None = None) -> tuple[Path, dict[str, str], str]:
+    """A project folder, the environment a reader pastes in (``fork`` set;
+    ``PATH``, this machine's unless given, with this venv's ``uv``), and the
+    requirement the blocks should install."""
+    published, clone, commit = published_clone(tmp_path)
     folder = tmp_path / 'my-project'
     folder.mkdir()
+    env = {**machine_env(path), 'fork': str(clone)}
+    return folder, env, f'{PIN.package} @ git+file://{published}@{commit}'
+
+
+def machine_env(path: str | None = None) -> dict[str, str]:
     uv_dir = str(Path(sys.executable).parent)  # uv: requirements/test.txt
-    env = {**os.environ, 'fork': str(clone), 'UV_PYTHON_DOWNLOADS': 'never',
-           'PATH': os.pathsep.join([path or os.environ['PATH'], uv_dir])}
-    return folder, env
+    env = {k: v for k, v in os.environ.items() if k != 'fork'}
+    return {**env, 'UV_PYTHON_DOWNLOADS': 'never',
+            'PATH': os.pathsep.join([path or os.environ['PATH'], uv_dir])}
 
 
 def paste(block: str, folder: Path, env: dict[str, str]) -> str:
-    return run_ok('bash', '-euo', 'pipefail', '-c', block, env=env, cwd=folder)
+    """``block`` alone in a new ``bash -eu``, as pasted into a new shell."""
+    return run_ok('bash', '-eu', '-c', block, env=env, cwd=folder)
 
 
 def test_the_install_section_has_each_form() -> None:
     pip, uv = section_blocks('## Install')
-    assert pip.startswith('py=python3.12; command -v pyenv >/dev/null && '
-                          'py="$(pyenv prefix 3.12)/bin/python"\n'), pip
-    assert '"flax @ git+file://$fork@main"' in pip
-    assert uv == 'uv add --python "$py" "flax @ git+file://$fork@main"\n', uv
-    assert section_blocks('## Install', 'text') == [f'flax @ {REMOTE}\n']
-    assert section_blocks('## Install', 'toml') == [
-        f'[project]\ndependencies = ["flax @ {REMOTE}"]\n']
+    for block in (pip, uv):
+        first, pick, req, *_ = block.splitlines()
+        assert (first, pick, req) == (FIRST_LINE, 'py="$("$fork/scripts/find-python")"',
+                                      REQUIREMENT), block
+    assert pip.endswith('.venv/bin/python -m pip install "$req"\n'
+                        '.venv/bin/python "$fork/scripts/quick-check"\n'), pip
+    assert uv.splitlines()[3].startswith('uv python pin "$("$py" -c '), uv
+    assert uv.endswith('\nuv add "$req"\n'), uv
+    assert section_blocks('## Install', 'text') == [
+        'flax @ git+https://github.com/<org>/<repo>.git@<40-digit commit>\n']
 
 
 @pytest.mark.parametrize('machine', ['plain', 'pyenv'])
@@ -109,54 +123,76 @@ def test_the_pip_block_installs_this_flax_and_back_to_vanilla_reverts_it(
     machine: str, tmp_path: Path
 ) -> None:
     """A new venv, the pip upgrade, one wheel build, flax's dependencies
-    from the cache; then ``flax.__version__``; then pip's way back."""
+    from the cache, the quick check (a jax start-up); then
+    ``flax.__version__``; then pip's way back."""
     if machine == 'pyenv' and shutil.which('pyenv') is None:
         pytest.skip('no pyenv on this machine')
     path = plain_machine_path(tmp_path / 'bin') if machine == 'plain' else None
-    folder, env = project(tmp_path, path)
-    paste(pip_block(), folder, env)
+    folder, env, requirement = project(tmp_path, path)
+    output = paste(pip_block(), folder, env)
+    assert "quick check: passed (README.md's lines)" in output, output[-3000:]
     python = folder / '.venv' / 'bin' / 'python'
     assert installed_version(python) == PIN.local_version
     assert run_ok(python, '-c', 'import sys; print(sys.version_info[:2])').strip() == '(3, 12)'
+    direct_url = run_ok(python, '-c', 'import importlib.metadata as m; '
+                        "print(m.distribution('flax').read_text('direct_url.json'))")
+    assert requirement.split('@ git+')[1].split('@')[0] in direct_url, direct_url
     paste(back_to_vanilla('pip'), folder, env)
     assert installed_version(python) == PIN.version
 
 
-def test_uv_add_installs_this_flax_into_the_projects_venv_and_back(tmp_path: Path) -> None:
-    """A uv project (``uv init --bare``, Python 3.12), the interpreter
-    picked by the pip block's first line; then uv's way back."""
-    folder, env = project(tmp_path)
-    pick = pip_block().splitlines()[0]
-    paste(f'{pick}\nuv init --quiet --bare --python "$py"', folder, env)
-    assert 'requires-python = ">=3.12"' in (folder / 'pyproject.toml').read_text()
-    paste(f'{pick}\n{uv_block()}', folder, env)
-    python = folder / '.venv' / 'bin' / 'python'
+def test_uv_add_pins_the_python_and_a_teammates_uv_sync_uses_it(tmp_path: Path) -> None:
+    """A uv project (``uv init --bare``, Python 3.12), the uv block pasted
+    alone; the project's files name the published URL, not the clone; then a
+    teammate's checkout of those files (no ``fork``, this machine's
+    ``PATH``, whose ``python3`` is not 3.12 here) runs ``uv sync`` on the
+    pinned Python without downloading one, and uv's way back."""
+    folder, env, requirement = project(tmp_path)
+    run_ok('uv', 'init', '--quiet', '--bare', '--python', python312(), env=env, cwd=folder)
+    paste(uv_block(), folder, env)
+    assert installed_version(folder / '.venv' / 'bin' / 'python') == PIN.local_version
+    assert (folder / '.python-version').read_text() == '3.12\n'
+    teammate = tmp_path / 'teammate' / 'my-project'
+    teammate.mkdir(parents=True)
+    for name in ('pyproject.toml', 'uv.lock', '.python-version'):
+        text = (folder / name).read_text()
+        assert env['fork'] not in text, (name, text)
+        shutil.copy(folder / name, teammate)
+    url, commit = requirement.split(' @ git+')[1].rsplit('@', 1)
+    sources = (teammate / 'pyproject.toml').read_text()  # uv's [tool.uv.sources]
+    assert f'git = "{url}", rev = "{commit}"' in sources, sources
+    paste('uv sync --quiet', teammate, machine_env())
+    python = teammate / '.venv' / 'bin' / 'python'
     assert installed_version(python) == PIN.local_version
-    paste(back_to_vanilla('uv'), folder, env)
+    assert run_ok(python, '-c', 'import sys; print(sys.version_info[:2])').strip() == '(3, 12)'
+    paste(back_to_vanilla('uv'), teammate, machine_env())
     assert installed_version(python) == PIN.version
 
 
 @pytest.mark.parametrize('form', ['requirements.txt', 'pyproject.toml'])
-def test_a_requirements_line_or_a_pyproject_dependency_pinned_to_a_commit(
+def test_the_printed_requirement_installs_from_another_folder(
     form: str, tmp_path: Path
 ) -> None:
-    """The README's line with the clone as the remote and HEAD's 40 digits,
-    installed with pip (``-r requirements.txt``, or the project itself)."""
-    folder, env = project(tmp_path)
-    commit = run_ok('git', '-C', env['fork'], 'rev-parse', 'HEAD').strip()
-    local = REMOTE.replace('https://github.com/<org>/<repo>.git', f'file://{env["fork"]}'
-                           ).replace('<commit>', commit)
+    """The line ``python -m flaxpq requirement`` prints in the reader's clone
+    (the blocks' first three lines), written into another folder's
+    ``requirements.txt`` or ``pyproject.toml`` and installed there with pip
+    into a new venv, without ``fork``."""
+    folder, env, requirement = project(tmp_path)
+    first_lines = '\n'.join(pip_block().splitlines()[:3])
+    printed = paste(f'{first_lines}\nprintf "%s\\n" "$req"', folder, env)
+    assert printed == f'{requirement}\n', printed
+    assert re.fullmatch(r'flax @ git\+file://\S+@[0-9a-f]{40}\n', printed)
+    other = tmp_path / 'teammate'
+    other.mkdir()
     if form == 'requirements.txt':
-        (line,) = section_blocks('## Install', 'text')
-        (folder / form).write_text(line.replace(REMOTE, local))
+        (other / form).write_text(printed)
         install = '.venv/bin/python -m pip install -r requirements.txt'
     else:
-        (toml,) = section_blocks('## Install', 'toml')
-        (folder / form).write_text(toml.replace(REMOTE, local).replace(
-            '[project]\n', '[project]\nname = "my-project"\nversion = "0"\n') +
+        (other / form).write_text(
+            f'[project]\nname = "my-project"\nversion = "0"\ndependencies = ["{printed.strip()}"]\n'
             '\n[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
             '"setuptools.build_meta"\n\n[tool.setuptools]\npy-modules = []\n')
         install = '.venv/bin/python -m pip install .'
-    venv = '\n'.join(pip_block().splitlines()[:3])
-    paste(f'{venv}\n{install}', folder, env)
-    assert installed_version(folder / '.venv' / 'bin' / 'python') == PIN.local_version
+    venv = '\n'.join([f'"{python312()}" -m venv .venv', pip_block().splitlines()[4]])
+    paste(f'{venv}\n{install}', other, machine_env())
+    assert installed_version(other / '.venv' / 'bin' / 'python') == PIN.local_version
