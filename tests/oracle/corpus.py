@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, HOSTILE, VISIBLE, Apply, Leaf, \
-    Program, Spec, Stack, program_from_json
+from tests.oracle.programs import CALLABLES, DEFAULT, HIDDEN, HOSTILE, JUNK, VISIBLE, Apply, \
+    Leaf, Program, Spec, Stack, program_from_json
 from tests.support.checks import VANILLA_BUG_CASES
 
 ALL_CONSUMERS = ('partition_spec', 'named_sharding', 'abstract', 'eval_shape', 'train_step')
@@ -580,3 +580,45 @@ ROWS += [
             apply=Apply('scan', DEFAULT, mode, wrap, shard_map=True))
     for mode, wrap, wrap_name in (('tree', 'none', ''), ('graph-no-updates', 'none', ''),
                                   ('tree', 'tree_map', ', a pytree op in the body'))]
+
+# nnxaxis.16: transform_metadata that is no mapping of a name (JUNK) is read
+# where vanilla reads it, on a stack and on a pass, in every mode: tree mode
+# reads none of it; graph mode finds the name in 'partition_name' and
+# ['partition_name'] (vanilla's ValueError at a node, on both) and raises on
+# None (TypeError, on both); the rest runs as the default transform.
+ROWS += [
+    Program(f'junk transform_metadata {junk}: {mode} {where}',
+            (leaf('tuple', None, 'b'),),
+            (Stack('vmap', 2, 0, DEFAULT, mode if where == 'stack' else 'graph',
+                   other=junk if where == 'stack' else None),),
+            mesh='none',
+            apply=Apply('vmap', DEFAULT, mode, 'clone', other=junk) if where == 'pass'
+            else Apply('vmap', DEFAULT, 'graph', 'clone'))
+    for junk in JUNK
+    for mode in ('graph', 'graph-no-updates', 'tree')
+    for where in ('stack', 'pass')]
+
+# nnxaxis.16: mixed-sign axes (one axis, compared normalized): a pass mapping
+# at in_axes=1 whose copies leave at out_axes=-2 (rank-2 stacks), and at
+# in_axes=-1 leaving at 1; named, default, tree; and ref=True copies of a
+# stack at axis 0 leaving at out_axes=-2 (the ref's output wrapper counts
+# from the stacked value's end).
+ROWS += [
+    Program(f'mixed-sign axes: {mode} stack at {axis}, {apply} pass out_axes {out}',
+            (Leaf('w', (16,), Spec('tuple', (None,))),),
+            (Stack('vmap', 2, axis, stack, mode),), mesh='none',
+            apply=Apply('vmap', apply, mode, 'clone', out_axis=out))
+    for mode, stack, apply in (('graph', 'l', 'l'), ('graph', DEFAULT, DEFAULT),
+                               ('tree', DEFAULT, DEFAULT), ('graph', None, None))
+    for axis, out in ((1, -1), (-1, 1), (0, -2), (-2, 0))]
+ROWS += [
+    Program(f'ref=True copies at a negative out axis: {mode} {stack} stack, {wrap}',
+            (Leaf('w', (16,), Spec(form, entries), ref=True),),
+            (Stack('vmap', 2, 0, stack, mode),), mesh='none',
+            apply=Apply('vmap', stack, mode, wrap, out_axis=-2))
+    for mode, stack in (('graph', 'l'), ('graph', DEFAULT), ('tree', DEFAULT))
+    for form, entries in (('tuple', (None,)), ('list', ('a',)))
+    for wrap in ('clone', 'return' if mode == 'graph' else 'create')]
+WORKAROUND_GAPS['mixed-sign axes: graph stack at -1, l pass out_axes 1'] = (
+    "vanilla's named path counts -1 from the end of the spec, not of the stacked"
+    " value: it put 'l' first on the stack ('l', None) and looks for it last")

@@ -27,15 +27,19 @@ The rule (series 12), two sentences per mode:
   or ``reduced`` axes raises there; an ``nnx.transform_metadata`` function
   in the body, wherever it sits, applies its own partition at axis 0;
 - ours, in graph mode with graph updates, given no name, infers one per
-  call: the entry the non-empty ``out_sharding`` and ``optimizer_sharding`` specs of
-  its mapped Variables share at the axis, read as the named path pops it
-  (a negative axis from the end of the stacked value; None past the spec's
-  end), else the ``spmd_axis_name`` (None); where they
-  disagree the call leaves all metadata alone. Then it takes the named path;
-- ours, in tree mode (graph=False or graph_updates=False), ignores
-  ``transform_metadata`` as vanilla does and infers a name, given one or
-  not, only where no mapped Variable names the axis (every entry None, or
-  none has a spec);
+  call: the entry the non-empty ``out_sharding`` specs of its mapped
+  Variables share at the axis (``optimizer_sharding`` and other keys have
+  no say), read as the named path pops it (a negative axis from the end of
+  the stacked value; None past the spec's end), else the
+  ``spmd_axis_name`` (None); where they disagree the call leaves all
+  metadata alone. Then it takes the named path;
+- ours, in tree mode (graph=False or graph_updates=False), infers a name
+  only where no mapped Variable names the axis: None where some mapped
+  Variable has a spec (every entry there None), and where none has one
+  (the call creates the stack) a given ``PARTITION_NAME``, else the
+  ``spmd_axis_name``. It reads ``transform_metadata`` there only (a mapping
+  with the name); where a mapped Variable has a spec it reads it not at all,
+  as vanilla;
 - ours' named path (a given or inferred name, or a decorator's) stacks
   ``optimizer_sharding`` with the name too, counts a negative axis from the
   end of the stacked value, reads a spec shorter than the axis as None
@@ -83,6 +87,13 @@ CALLABLES = ('function', 'object', 'partial', 'method', 'frozen', 'struct', *HOS
 # A transform_metadata mapping without nnx.PARTITION_NAME (series 13: as
 # vanilla, its keys are ignored and the default runs): the key it has
 OTHER_KEYS = ('extra', 'optimizer_sharding', 'tags')
+# transform_metadata that is no mapping of a name (nnxaxis.16: read where
+# vanilla reads it): None, a list, a string, and the name itself as a string
+# or in a list; a Stack's / Apply's ``other`` may be one of these too. Tree
+# mode reads none of them; graph mode's ``PARTITION_NAME in`` finds the name
+# in the last two (both flaxes then raise vanilla's ValueError at a node)
+# and raises on None (TypeError); the first three otherwise run as DEFAULT.
+JUNK = ('None', 'list', 'str', 'name str', 'name list')
 RULES = (('embed', 'a'), ('mlp', 'b'))  # logical name -> mesh axis
 Entry = None | str | tuple[str, ...]
 
@@ -143,7 +154,7 @@ class Stack:
     # VISIBLE or HIDDEN says (None: no decorator)
     decorator: str | None = None
     placement: str | None = None
-    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS)
+    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS), or JUNK
     # 'array': the leaves declared replicated along the stack (their specs as
     # the per-layer ones, as a bias () beside a kernel declared ('b',))
     replicated: tuple[str, ...] = ()
@@ -170,7 +181,7 @@ class Apply:
     state_axes: bool = False
     shard_map: bool = False  # run it inside jax.shard_map (replicated inputs)
     callable: str = 'function'  # the body as one of CALLABLES
-    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS)
+    other: str | None = None  # partition DEFAULT: transform_metadata with this key (OTHER_KEYS), or JUNK
     # nnx.transform_metadata(partition=decorator) on the body (a vmap's),
     # placed as APPLY_VISIBLE or HIDDEN say; GRADS: the body is the gradient
     # of the decorated loss
@@ -179,6 +190,10 @@ class Apply:
     # the body is an inner default nnx.vmap of it, over the second stack's
     # axis (series 13: the outer transform's look through wrappers stops at it)
     nested: bool = False
+    # nnxaxis.16: the vmap's out_axes for what the body makes, the stack's
+    # axis written with the other sign (None: as in_axes); one axis, as
+    # axes are compared normalized (every leaf of the same stacked rank)
+    out_axis: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,13 +327,16 @@ class Call:
     extra: bool = False  # EXTRA_KEY named in transform_metadata
     inner: Call | None = None
     records: tuple[tuple[str, Spec, Spec, Any], ...] = ()
+    out_axis: int | None = None  # out_axes of what the body makes (None: ``axis``)
 
-    def _index(self, rank: int) -> int:
-        """The axis vanilla pops and inserts at; ours counts a negative one
-        from the end of the stacked value (``rank``: the per-slice value's)."""
-        if self.flax == 'vanilla' or self.axis >= 0:
-            return self.axis
-        return self.axis + rank + 1
+    def _index(self, rank: int, out: bool = False) -> int:
+        """The axis vanilla pops and inserts at (raw); ours counts a negative
+        one from the end of the stacked value (``rank``: the per-slice
+        value's). ``out``: what the body makes leaves at ``out_axis``."""
+        axis = self.out_axis if out and self.out_axis is not None else self.axis
+        if self.flax == 'vanilla' or axis >= 0:
+            return axis
+        return axis + rank + 1
 
     def _touches(self, spec: Spec | None, removing: bool) -> bool:
         """Whether the named path updates out_sharding ``spec``: ours only a
@@ -350,10 +368,10 @@ class Call:
         form = 'tuple' if self.flax == 'vanilla' else spec.form
         return dataclasses.replace(spec, form=form, entries=tuple(entries))
 
-    def _insert(self, spec: Spec, value: Entry, rank: int) -> Spec:
+    def _insert(self, spec: Spec, value: Entry, rank: int, out: bool = False) -> Spec:
         self._check(spec)
         form = 'tuple' if self.flax == 'vanilla' else spec.form
-        return _insert(spec, self._index(rank), value, form)
+        return _insert(spec, self._index(rank, out), value, form)
 
     def _extra(self, spec: Spec | None) -> bool:
         # other keys named in transform_metadata: tuples only, on both (series 13)
@@ -428,19 +446,20 @@ class Call:
             return out
         back = {k: own[1][k] if own is not None and fields[k] == own[0][k]
                 else self._given_back(k, fields[k], shape) for k in self.recorded()}
+        made = own is None  # what the body made leaves at out_axis
         if back.get('out_sharding') is not None:
             out['out_sharding'] = back['out_sharding']
         elif self._touches(fields['out_sharding'], removing=False):  # None and () stay
-            out['out_sharding'] = self._insert(fields['out_sharding'], self.name, rank)
+            out['out_sharding'] = self._insert(fields['out_sharding'], self.name, rank, made)
         if back.get('optimizer_sharding') is not None:
             out['optimizer_sharding'] = back['optimizer_sharding']
         elif self.optimizer is not MISSING and _updated(fields['optimizer_sharding']):
             out['optimizer_sharding'] = self._insert(fields['optimizer_sharding'],
-                                                     self.optimizer, rank)
+                                                     self.optimizer, rank, made)
         if back.get(EXTRA_KEY) is not None:
             out[EXTRA_KEY] = back[EXTRA_KEY]
         elif self._extra(fields[EXTRA_KEY]):
-            out[EXTRA_KEY] = self._insert(fields[EXTRA_KEY], EXTRA_VALUE, rank)
+            out[EXTRA_KEY] = self._insert(fields[EXTRA_KEY], EXTRA_VALUE, rank, made)
         return out
 
 
@@ -466,11 +485,12 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
 
     Vanilla applies a given name in graph mode with graph updates, nothing
     else. Ours, given no name there, takes the entry the mapped Variables'
-    non-empty specs share at the axis (``spmd_axis_name`` when none has one)
-    and applies it as a given one; in tree mode it applies a given name where
-    the specs have it at the axis or none has one, and otherwise infers only
-    where no mapped Variable names the axis; and not where it sees a
-    decorator, which owns the axis it names. A decorator runs its
+    non-empty ``out_sharding`` specs share at the axis (``spmd_axis_name``
+    when none has one) and applies it as a given one; in tree mode it
+    infers only where no mapped Variable names the axis, and reads a given
+    name only where no mapped Variable has a spec (the call creates the
+    stack: the given name, else ``spmd_axis_name``; else None); and not
+    where it sees a decorator, which owns the axis it names. A decorator runs its
     own named path at axis 0 in the body, on both flaxes. Ours' named path
     (series 13) records what its removal gave and took, and gives it back
     on the way out to every Variable whose field equals a value it gave.
@@ -502,14 +522,15 @@ def _own_rule(flax: str, mode: str, partition: Any, axis: int, mapped: Any, extr
         return leave
     if placement in APPLY_VISIBLE:
         return leave  # the decorator owns the axis it names
-    entries = [_entry_at(f[k], axis, rank) for f, rank, *_ in mapped
-               for k in ('out_sharding', 'optimizer_sharding') if _updated(f[k])]
-    if partition != DEFAULT and entries.count(partition) == len(entries):
-        # tree mode: a given name where the specs have it or none has one
-        return Call(flax, axis, partition, partition).recording(mapped)
+    # only out_sharding votes (optimizer_sharding and other keys have no say)
+    entries = [_entry_at(f['out_sharding'], axis, rank) for f, rank, *_ in mapped
+               if _updated(f['out_sharding'])]
     if not graph and any(e is not None for e in entries):
-        return leave  # an axis a Variable names: the decorator's
-    name = entries[0] if entries else spmd_axis_name
+        return leave  # an axis a Variable names: the decorator's (FLIP 5310)
+    # tree mode reads a given name only where the call creates the stack
+    # (no mapped Variable has a spec); elsewhere it infers, as graph mode
+    given = not graph and not entries and partition != DEFAULT
+    name = partition if given else entries[0] if entries else spmd_axis_name
     if entries.count(name) < len(entries):
         return leave  # the specs disagree
     return Call(flax, axis, name, name).recording(mapped)
@@ -659,9 +680,9 @@ def apply_pass(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
     mapped = [({f: Spec.from_json(meta[leaf.name][f]) for f in FIELDS},
                stacked_rank(program, leaf), leaf.shape) for leaf in program.leaves]
     if not apply.nested:
-        return Pass((stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis,
-                                   mapped, decorator=apply.decorator,
-                                   placement=apply.placement),),
+        call = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis,
+                             mapped, decorator=apply.decorator, placement=apply.placement)
+        return Pass((dataclasses.replace(call, out_axis=apply.out_axis),),
                     apply.placement in GRADS)
     # the outer transform's look through wrappers stops at the inner vmap
     outer = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)

@@ -31,8 +31,8 @@ import flax.struct  # noqa: E402
 
 from flax import nnx  # noqa: E402
 from tests.oracle.programs import (  # noqa: E402
-    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, GRADS, HIDDEN, MODES, RULES, Apply, Leaf, Program,
-    Spec, Stack, array_fields, leaf_fields, program_from_json)
+    DEFAULT, EXTRA_KEY, EXTRA_VALUE, FIELDS, GRADS, HIDDEN, JUNK, MODES, RULES, Apply, Leaf,
+    Program, Spec, Stack, array_fields, leaf_fields, program_from_json)
 from tests.oracle.probes.util import spec as jsonable_spec  # noqa: E402
 from tests.oracle.reports import AbstractLeaf, ApplyReport, OptimizerLeaf, Report, \
     VariableReport  # noqa: E402
@@ -151,9 +151,14 @@ class Layer(nnx.Module):
 
 
 def other_metadata(key: str | None) -> dict[str, Any]:
-    """A transform_metadata mapping without nnx.PARTITION_NAME (programs.OTHER_KEYS)."""
+    """A transform_metadata mapping without nnx.PARTITION_NAME (programs.OTHER_KEYS),
+    or one that is no mapping (programs.JUNK)."""
     if key is None:
         return {}
+    if key in JUNK:  # no mapping of a name
+        return {'transform_metadata': {
+            'None': None, 'list': ['x'], 'str': 'abc', 'name str': nnx.PARTITION_NAME,
+            'name list': [nnx.PARTITION_NAME]}[key]}
     return {'transform_metadata': {'extra': {EXTRA_KEY: EXTRA_VALUE},
                                    'optimizer_sharding': {'optimizer_sharding': 'a'},
                                    'tags': {'tags': 'z'}}[key]}
@@ -383,7 +388,9 @@ def run_apply(program: Program, apply: Apply, model: Layer,
     alone = apply.placement == 'grad'
 
     def call(m: Layer, x: jax.Array) -> Any:
-        out_axes: Any = axis if alone else (0, axis) if makes else 0
+        # what the body makes leaves at out_axis: the axis of the other sign
+        made_axis = axis if apply.out_axis is None else apply.out_axis
+        out_axes: Any = made_axis if alone else (0, made_axis) if makes else 0
         if apply.kind in ('vmap', 'pmap'):
             transform = nnx.vmap if apply.kind == 'vmap' else nnx.pmap
             fn = body

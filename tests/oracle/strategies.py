@@ -6,8 +6,8 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from tests.oracle.programs import APPLY_VISIBLE, CALLABLES, DEFAULT, GRADS, HIDDEN, HOSTILE, MODES, \
-    OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack, ambiguous_give_back
+from tests.oracle.programs import APPLY_VISIBLE, CALLABLES, DEFAULT, GRADS, HIDDEN, HOSTILE, JUNK, \
+    MODES, OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack, ambiguous_give_back
 
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
@@ -230,7 +230,8 @@ def programs(draw: st.DrawFn) -> Program:
         other = None
         if partition == DEFAULT and placement is None and (
                 cover.other or draw(st.integers(0, 5)) == 0):
-            other = cover.other or draw(st.sampled_from(OTHER_KEYS))
+            # nnxaxis.16: or transform_metadata that is no mapping of a name
+            other = cover.other or draw(st.sampled_from(OTHER_KEYS + JUNK))
         stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator, placement,
                             other))
     apply = None
@@ -300,13 +301,30 @@ def programs(draw: st.DrawFn) -> Program:
                 'none', 'clone', 'create') else 'clone'
         other = None
         if partition == DEFAULT and (cover.other or draw(st.integers(0, 4)) == 0):
-            other = cover.other or draw(st.sampled_from(OTHER_KEYS))
+            other = cover.other or draw(st.sampled_from(OTHER_KEYS + JUNK))
+        # nnxaxis.16: what the body makes leaves at the stack's axis written
+        # with the other sign (one axis: every leaf of one stacked rank; not
+        # an optimizer's, whose scalar count has no such axis); with refs,
+        # ref=True copies at a negative out axis (-rank, axis 0), where JAX
+        # runs them: copies and created layers of graph mode with updates
+        # (elsewhere JAX moves the Ref, 'Ref' has no 'transpose', on both;
+        # a returned state at out_axes other than its in_axes raises NNX's
+        # 'Inconsistent aliasing' on both: corpus.py's rows)
+        out_axis = None
+        ranks = {len(l.shape) + depth for l in leaves}
+        if kind == 'vmap' and not nested and len(ranks) == 1 \
+                and wrap not in ('optimizer', 'return') \
+                and not (refs and (mode != 'graph' or wrap not in ('clone', 'create'))) \
+                and focus not in COVER and draw(st.integers(0, 3)) == 0:
+            rank = ranks.pop()
+            out_axis = outer.axis - rank if outer.axis >= 0 else outer.axis + rank
         apply = Apply(kind, partition, mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       # replicated in_specs: arrays sharded on Explicit meshes are rejected
                       shard_map=mesh == 'auto' and (simple_scan or draw(st.booleans())),
                       callable=body,
-                      other=other, decorator=decorator, placement=placement, nested=nested)
+                      other=other, decorator=decorator, placement=placement, nested=nested,
+                      out_axis=out_axis)
     consumers = ['eval_shape']
     if not refs and not any(spec_only_on_no_mesh(l.spec) for l in leaves):
         consumers.append('partition_spec')
@@ -348,6 +366,7 @@ def families(program: Program) -> list[str]:
             found += ['decorator:None'] if s.decorator is None else []
         if s.other is not None:
             found += ['other keys', f'other keys:{s.other}']
+            found += [f'junk transform_metadata:{s.mode}'] * (s.other in JUNK)
     if any(s.partition not in (DEFAULT, None) for s in program.stacks):
         found.append('named stack')
     if program.apply is not None:
@@ -358,6 +377,11 @@ def families(program: Program) -> list[str]:
                   }.get(a.wrap, [f'body:{a.wrap}'])
         if a.other is not None:
             found += ['other keys', f'other keys:{a.other}']
+            found += [f'junk transform_metadata:{a.mode}'] * (a.other in JUNK)
+        if a.out_axis is not None:
+            found.append('mixed-sign axes')
+            if any(leaf.ref for leaf in program.leaves) and a.out_axis < 0:
+                found.append('ref copy at a negative out axis')
         if a.placement is not None:
             found += ['pass decorator', f'pass placement:{a.placement}']
         if a.nested:

@@ -1012,3 +1012,55 @@ def decorated_heads_in_layers_named_none() -> Report:
     made = spec(heads.out_sharding)['entries']
     y = nnx.vmap(nnx.vmap(forward), transform_metadata=none)(heads)
     return {'made': made, 'after': spec(heads.out_sharding)['entries'], 'y': digest(y)}
+
+
+def _by_hand_fields(x: nnx.Variable) -> Report:
+    meta = x.get_metadata()
+    return {k: [type(meta[k]).__name__, spec(meta[k])] if meta.get(k) is not None else None
+            for k in ('out_sharding', 'optimizer_sharding')}
+
+
+@probe()
+def public_pair_by_hand_where_vanilla_is_the_identity() -> Report:
+    """nnxaxis.16: ``nnx.spmd.remove_axis`` then ``add_axis``, and ``add_axis``
+    then ``remove_axis``, by hand, with ``optimizer_sharding`` named in the
+    mapping, at non-negative axes on a full tuple ``out_sharding`` (where
+    vanilla's pair is the identity): each step as vanilla's. The public pair
+    updates other keys only where they are tuples, as vanilla: a ``jax.P``
+    or list ``optimizer_sharding`` is left alone (the transforms still stack
+    it). A negative axis counts from the stacked value's end on ours (the
+    intended difference), so none is drawn here."""
+    with nnx.use_eager_sharding(False):  # metadata only
+        return _public_pair_by_hand()
+
+
+def _public_pair_by_hand() -> Report:
+    out: Report = {}
+    name = 'l'
+    tm = {nnx.PARTITION_NAME: name, 'optimizer_sharding': name}
+    for form, opt in (('tuple', ('a', None, 'b')), ('pspec', jax.P('a', None, 'b')),
+                      ('list', ['a', None, 'b'])):
+        for axis in (0, 1, 2):
+            # remove then add: the stacked Variable, its spec with the name at axis
+            stacked = [None, 'b']
+            stacked.insert(axis, name)
+            o = list(opt)
+            o[axis] = name
+            x = nnx.Param(jnp.zeros((2, 3, 4)), out_sharding=tuple(stacked),
+                          optimizer_sharding=type(opt)(o) if form != 'pspec' else jax.P(*o))
+            steps = [_by_hand_fields(x)]
+            x = nnx.spmd.remove_axis(x, axis, tm)
+            steps.append(_by_hand_fields(x))
+            x = nnx.spmd.add_axis(x, axis, tm)
+            steps.append(_by_hand_fields(x))
+            out[f'remove-add {form} {axis}'] = steps
+            # add then remove: the per-layer spec of the stacked value
+            y = nnx.Param(jnp.zeros((2, 3, 4)), out_sharding=('a', 'b'),
+                          optimizer_sharding=opt)
+            steps = [_by_hand_fields(y)]
+            y = nnx.spmd.add_axis(y, axis, tm)
+            steps.append(_by_hand_fields(y))
+            y = nnx.spmd.remove_axis(y, axis, tm)
+            steps.append(_by_hand_fields(y))
+            out[f'add-remove {form} {axis}'] = steps
+    return out
