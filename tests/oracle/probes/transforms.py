@@ -1048,19 +1048,15 @@ def _public_pair_by_hand() -> Report:
             o[axis] = name
             x = nnx.Param(jnp.zeros((2, 3, 4)), out_sharding=tuple(stacked),
                           optimizer_sharding=type(opt)(o) if form != 'pspec' else jax.P(*o))
-            steps = [_by_hand_fields(x)]
-            x = nnx.spmd.remove_axis(x, axis, tm)
-            steps.append(_by_hand_fields(x))
-            x = nnx.spmd.add_axis(x, axis, tm)
-            steps.append(_by_hand_fields(x))
-            out[f'remove-add {form} {axis}'] = steps
             # add then remove: the per-layer spec of the stacked value
             y = nnx.Param(jnp.zeros((2, 3, 4)), out_sharding=('a', 'b'),
                           optimizer_sharding=opt)
-            steps = [_by_hand_fields(y)]
-            y = nnx.spmd.add_axis(y, axis, tm)
-            steps.append(_by_hand_fields(y))
-            y = nnx.spmd.remove_axis(y, axis, tm)
-            steps.append(_by_hand_fields(y))
-            out[f'add-remove {form} {axis}'] = steps
+            remove, add = nnx.spmd.remove_axis, nnx.spmd.add_axis
+            for label, v, fns in (('remove-add', x, (remove, add)),
+                                  ('add-remove', y, (add, remove))):
+                steps = [_by_hand_fields(v)]
+                for fn in fns:
+                    v = fn(v, axis, tm)
+                    steps.append(_by_hand_fields(v))
+                out[f'{label} {form} {axis}'] = steps
     return out
