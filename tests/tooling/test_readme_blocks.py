@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,13 @@ def made(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir())
 
 
-@pytest.mark.parametrize('shell', SHELLS)
+def in_each_block_and_shell(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` for each block (``which``), pasted into each shell (``shell``)."""
+    return pytest.mark.parametrize('shell', SHELLS)(pytest.mark.parametrize('which', BLOCKS)(test))
+
+
 @pytest.mark.parametrize('fork', [None, '', 'no-such-folder', 'tests'])
-@pytest.mark.parametrize('which', BLOCKS)
+@in_each_block_and_shell
 def test_without_a_clone_a_block_says_what_to_set(
     which: str, fork: str | None, shell: str, tmp_path: Path
 ) -> None:
@@ -61,8 +66,7 @@ def test_without_a_clone_a_block_says_what_to_set(
     assert made(tmp_path / 'project') == []
 
 
-@pytest.mark.parametrize('shell', SHELLS)
-@pytest.mark.parametrize('which', BLOCKS)
+@in_each_block_and_shell
 def test_without_python_312_a_block_points_to_pyenv_install(
     which: str, shell: str, tmp_path: Path
 ) -> None:
@@ -88,8 +92,7 @@ def test_without_python_312_a_block_points_to_pyenv_install(
     assert made(tmp_path / 'project') == []
 
 
-@pytest.mark.parametrize('shell', SHELLS)
-@pytest.mark.parametrize('which', BLOCKS)
+@in_each_block_and_shell
 def test_without_a_requirement_a_block_stops_at_flaxpqs_error(
     which: str, shell: str, tmp_path: Path
 ) -> None:
