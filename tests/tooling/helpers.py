@@ -1,12 +1,51 @@
-"""Helpers for the tooling tests: edit a materialized tree, export a patch."""
+"""Helpers for the tooling tests: edit a materialized tree, export a patch;
+the README's install blocks."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from flaxpq import gitqueue
-from flaxpq.project import Project
+from flaxpq.project import REPO_ROOT, Project
+
+README = (REPO_ROOT / 'README.md').read_text()
+# The sentence a block prints, alone, where ``fork`` names no clone.
+SET_FORK = "Set fork to your clone's path: fork=~/src/flax-nnxaxis\n"
+
+
+def section_blocks(heading: str, fence: str = 'bash') -> list[str]:
+    """The ```fence blocks of the README's section ``heading``."""
+    start = README.index(heading)
+    section = README[start:README.index('\n## ', start)]
+    return re.findall(rf'^```{fence}\n(.*?)^```$', section, re.MULTILINE | re.DOTALL)
+
+
+def pip_block() -> str:
+    return section_blocks('## Install')[0]
+
+
+def uv_block() -> str:
+    return section_blocks('## Install')[1]
+
+
+BLOCKS = {'pip': pip_block, 'uv': uv_block}
+
+
+def first_steps(block: str, then: str) -> str:
+    """``block``'s lines up to its requirement (``req=...``), then ``then``,
+    chained as the block chains its lines."""
+    lines = block.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith('req='))
+    return '\n'.join([*lines[:end + 1], then])
+
+
+def back_to_vanilla(which: str) -> str:
+    """The README's "Back to vanilla" line for pip or uv (its comment names it)."""
+    (block,) = section_blocks('## Back to vanilla')
+    (line,) = [line for line in block.splitlines() if line.endswith(f'# {which}')]
+    return line
 
 
 def commit_edit(
@@ -76,3 +115,36 @@ def run(*args: str | Path, cwd: Path | None = None) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+# pyenv's shim, as a test double: runs the command it is named after from the
+# version that the cwd's .python-version names, else from the global version
+# (ROOT/version), or fails as pyenv does where that version lacks it.
+PYENV_SHIM = '''#!/bin/sh
+root='{root}'
+if [ -f .python-version ]; then version=$(cat .python-version); else version=$(cat "$root/version"); fi
+exe="$root/versions/$version/bin/${{0##*/}}"
+[ -x "$exe" ] || {{ echo "pyenv: ${{0##*/}}: command not found" >&2; exit 127; }}
+exec "$exe" "$@"
+'''
+
+
+def pyenv_double(root: Path, global_version: str, versions: dict[str, str]) -> Path:
+    """A pyenv root at ``root`` whose global version is ``global_version``:
+    ``versions`` maps each version (``3.12.1``) to the text of its ``python``
+    (``python3`` and ``python3.12`` link to it), and ``shims/`` holds the
+    shims of python3 to python3.14. Returns ``shims/``, for the front of PATH."""
+    for version, text in versions.items():
+        python = root / 'versions' / version / 'bin' / 'python'
+        python.parent.mkdir(parents=True)
+        python.write_text(text)
+        python.chmod(0o755)
+        for name in ('python3', 'python' + '.'.join(version.split('.')[:2])):
+            (python.parent / name).symlink_to('python')
+    (root / 'version').write_text(f'{global_version}\n')
+    shims = root / 'shims'
+    shims.mkdir()
+    for name in ('python3', 'python3.11', 'python3.12', 'python3.13', 'python3.14'):
+        (shims / name).write_text(PYENV_SHIM.format(root=root))
+        (shims / name).chmod(0o755)
+    return shims
