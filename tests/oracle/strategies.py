@@ -77,12 +77,12 @@ COVER |= {
 }
 # A declared stack's optimizer_sharding as written: a jax.P keeping the
 # stack's name unreduced or reduced under a default pass (covers 5, 6), a
-# list or jax.P under a pass given the name whose mapping names
-# optimizer_sharding and shape; a named mapping's other keys on a stack
+# list under a pass given the name whose mapping names optimizer_sharding
+# (each over the one stack, which the pass maps); a named mapping's other keys on a stack
 # (cover 8: out_sharding, sharding_names, optimizer_sharding)
 COVER |= {
     'cover 9': Cover(array=True, own_optimizer='list', named_pass=True, wrap='clone',
-                     keys=('optimizer_sharding', 'shape')),
+                     keys=('optimizer_sharding',)),
 }
 # JAX runs ref=True Variables only so far: stacked by nnx.vmap at out_axes
 # 0, not behind nnx.remat, mapped by a vmap whose body has no nnx.cond, no
@@ -140,7 +140,8 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
             mesh == 'none' and (k != 'shape' or axis >= 0))]
         chosen = [k for k in cover.keys if k in options] or draw(
             st.lists(st.sampled_from(options), min_size=1, max_size=3, unique=True))
-        values = {'optimizer_sharding': [partition] * 3 + ['o'] * (mesh == 'none'),
+        values = {'optimizer_sharding': [partition] * 3 + ['o'] * (
+                      mesh == 'none' and not cover.keys),
                   'out_sharding': [None, 'z'], 'sharding_names': [None, 'z'],
                   'shape': [SHAPE_VALUE]}
         return tuple((k, draw(st.sampled_from(values[k])))
@@ -199,6 +200,8 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
     stacks = []
     # every program builds a stack
     depth = max(len(placements), draw(st.integers(1, 2)), 2 if cover.nested else 1)
+    if cover.own_optimizer:
+        depth = 1  # the pass maps the declared stack
     min_rank = min(len(l.shape) for l in leaves)
     for level in range(depth):
         size = draw(st.sampled_from([1, 2, 4]))
@@ -238,9 +241,15 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
                 # (entries: the per-layer spec's, which do not name it)
                 i = draw(st.sampled_from([i for i, l in enumerate(leaves)
                                           if l.name not in replicated]))
+                if cover.own_optimizer and (leaves[i].spec is None
+                                            or leaves[i].spec.form == 'named'):
+                    # its out_sharding declared, so the stack's entry names the axis
+                    leaves[i] = dataclasses.replace(leaves[i], spec=Spec('tuple', ()))
                 form = cover.own_optimizer or draw(st.sampled_from(OWN_FORMS))
                 entries = leaves[i].spec.entries if leaves[i].spec \
                     and leaves[i].spec.form != 'named' else ()
+                if form in ('list', 'pspec', 'tuple'):
+                    entries = entries or (None,)  # a spec updated: not empty
                 overlap = {form: (partition,)} if form in ('unreduced', 'reduced') \
                     and partition is not None else {}
                 optimizer = Spec('pspec' if form in ('unreduced', 'reduced') else form,
@@ -270,6 +279,8 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
         if decorate:
             partition = DEFAULT
         mode = draw(st.sampled_from(sorted(MODES)))
+        if cover.stack_named and level == 0:
+            mode = 'graph'  # where a mapping's other keys are read
         rank_after = min_rank + depth - level
         axis = draw(st.integers(-rank_after, rank_after - 1)) if kind == 'vmap' else 0
         if (focus == 'optimizer' and level == 0) or refs:
@@ -344,8 +355,11 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
             mode = 'graph'  # else returning the mapped state raises on both (Duplicate)
         body = cover.callable or draw(st.sampled_from(CALLABLES))
         partition = draw(st.sampled_from(partitions))
-        if cover.named_pass and outer.partition in partitions:
+        if cover.named_pass and (outer.partition in partitions or outer.kind == 'array'):
             partition = outer.partition  # the stack's name, as it was stacked
+        if cover.own_optimizer:  # graph mode: default, or the name for the mapping's keys
+            mode = 'graph'
+            partition = partition if cover.named_pass else DEFAULT
         # series 13: nnx.transform_metadata on the body (a vmap's), over the
         # stack it maps at axis 0 (the second one for a nested body), its
         # partition that stack's entry or None
@@ -425,8 +439,8 @@ def spec_families(spec: Spec | None) -> list[str]:
 def mapping_families(program: Program) -> list[str]:
     """A named mapping's other keys (each, in graph mode or tree mode, on a
     stack or a pass; optimizer_sharding by the forms it names), and a
-    declared stack's optimizer_sharding as written (a jax.P keeping the
-    stack's name unreduced or reduced among them)."""
+    declared stack's optimizer_sharding as written, where a pass maps the
+    stack (a jax.P keeping the stack's name unreduced or reduced among them)."""
     found = []
     calls = [('stack', s.mode, s.keys) for s in program.stacks]
     if program.apply is not None:
@@ -439,9 +453,12 @@ def mapping_families(program: Program) -> list[str]:
                       f'mapping key:{key} on a {where}']
             if key == 'optimizer_sharding':
                 found += [f'mapping names optimizer_sharding over:{f}' for f in forms]
+    # the declared stack the pass maps: the outermost, or a nested body's
+    mapped = program.stacks[1 if program.apply.nested else 0] if program.apply else None
     for s in program.stacks:
         for leaf in program.leaves:
-            if leaf.name in s.own_optimizer and leaf.optimizer_spec is not None:
+            if leaf.name in s.own_optimizer and leaf.optimizer_spec is not None \
+                    and s is mapped:
                 spec = leaf.optimizer_spec
                 found.append(f'own optimizer_sharding:{spec.form}')
                 found += [f'optimizer_sharding {k} over the name'
