@@ -567,8 +567,7 @@ ROWS += [program_from_json(
     '"nested": false}, "consumers": ["eval_shape", "named_sharding"], "optimizer": null, '
     '"custom": null, "arguments": []}')]
 
-# Issue 61 (nnxaxis.16; nnxaxis.15's second long run found the third): a
-# simple scan (tree mode, or graph mode without updates) inside
+# A simple scan (tree mode, or graph mode without updates) inside
 # jax.shard_map, its unmapped layer a broadcast made outside it. Vanilla
 # writes every broadcast back after lax.scan, changed or not, across the
 # trace level (TraceContextError); ours writes back only what the body

@@ -812,8 +812,8 @@ def writes_back_broadcasts(program: Program, flax: str) -> bool:
     scan) writes every broadcast Variable back after ``lax.scan``, changed
     or not, and inside ``jax.shard_map`` the unmapped layer, made outside
     it, is of another trace level (``TraceContextError``; a ``ref=True``
-    Variable is not checked). Ours writes back only what the body changed
-    (nnxaxis.16, issue 61), and no body here changes the unmapped layer."""
+    Variable is not checked). Ours writes back only the broadcasts the body
+    changed, and no body here changes the unmapped layer."""
     a = program.apply
     return flax == 'vanilla' and a is not None and a.kind == 'scan' and a.shard_map \
         and MODES[a.mode] != (True, True) and any(not l.ref for l in program.leaves)

@@ -317,8 +317,9 @@ def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
         if outer.kind == 'pmap':
             kinds = ['pmap', 'vmap']
         kind = 'vmap' if refs else draw(st.sampled_from(kinds))
-        # issue 61: a simple scan (tree mode, or graph mode without updates)
-        # inside jax.shard_map, its unmapped layer a broadcast made outside
+        # a simple scan (tree mode, or graph mode without updates) inside
+        # jax.shard_map, its unmapped layer a broadcast made outside: only
+        # what the body changed is written back (vanilla raises there)
         simple_scan = mesh == 'auto' and 'scan' in kinds and not refs \
             and focus != 'grad' and draw(st.booleans())
         if simple_scan:
