@@ -567,8 +567,7 @@ ROWS += [program_from_json(
     '"nested": false}, "consumers": ["eval_shape", "named_sharding"], "optimizer": null, '
     '"custom": null, "arguments": []}')]
 
-# Issue 61 (nnxaxis.16; nnxaxis.15's second long run found the third): a
-# simple scan (tree mode, or graph mode without updates) inside
+# A simple scan (tree mode, or graph mode without updates) inside
 # jax.shard_map, its unmapped layer a broadcast made outside it. Vanilla
 # writes every broadcast back after lax.scan, changed or not, across the
 # trace level (TraceContextError); ours writes back only what the body
@@ -622,3 +621,81 @@ ROWS += [
 WORKAROUND_GAPS['mixed-sign axes: graph stack at -1, l pass out_axes 1'] = (
     "vanilla's named path counts -1 from the end of the spec, not of the stacked"
     " value: it put 'l' first on the stack ('l', None) and looks for it last")
+
+# A read-only pass leaves every spec form as it was, a jax.P whose unreduced
+# or reduced axes hold the name the stack's out_sharding has at the axis
+# included: a Param (8, 8, 8) declared out_sharding ('b',) and
+# optimizer_sharding jax.P('a', None, unreduced={'b'}) (as written for the
+# stacked array) under a default graph-mode vmap or scan that only reads it,
+# or copies it (the give-back adds to a spec only what the call removed).
+OVERLAP = {'unreduced': Spec('pspec', ('a', None), unreduced=('b',)),
+           'reduced': Spec('pspec', ('a', None), reduced=('b',))}
+ROWS += [
+    Program(f'read-only pass over an optimizer_sharding P {name} the name: {kind} {wrap}',
+            (Leaf('w', (8, 8), Spec('tuple', ()), optimizer_spec=spec),),
+            (Stack('array', 8, 0, 'b', own_optimizer=('w',)),), mesh='none',
+            apply=Apply(kind, DEFAULT, 'graph', wrap), consumers=('eval_shape',))
+    for name, spec in OVERLAP.items()
+    for kind in ('vmap', 'scan')
+    for wrap in ('none', 'clone')
+]
+
+# A named mapping that names optimizer_sharding decides that field as on
+# vanilla, for every spec form: only a tuple is updated (its removal raises
+# where the entry at the axis is not the value: both flaxes raise), a list or
+# jax.P is left alone; on a pass over a stack declared ('l', None) whose
+# optimizer_sharding lacks the name, and on a stack that creates.
+NAMELESS_OPTIMIZER = {'list': Spec('list', ('x', 'a')), 'jax.P': Spec('pspec', ('x', 'a')),
+                      'tuple': Spec('tuple', ('x', 'a'))}
+ROWS += [
+    Program(f"mapping naming optimizer_sharding over a {name} without the name: {wrap} pass",
+            (Leaf('w', (8,), Spec('tuple', (None,)), optimizer_spec=spec),),
+            (Stack('array', 2, 0, 'l', own_optimizer=('w',)),), mesh='none',
+            apply=Apply('vmap', 'l', 'graph', wrap, keys=(('optimizer_sharding', 'l'),)),
+            consumers=('eval_shape',))
+    for name, spec in NAMELESS_OPTIMIZER.items()
+    for wrap in ('none', 'clone')
+] + [
+    Program(f"mapping naming optimizer_sharding over a {name}: {mode} vmap creates",
+            (Leaf('w', (8,), Spec('tuple', (None,)), optimizer_spec=spec),),
+            (Stack('vmap', 2, 0, 'l', mode, keys=(('optimizer_sharding', 'l'),)),), mesh='none',
+            consumers=('eval_shape',))
+    for name, spec in NAMELESS_OPTIMIZER.items()
+    for mode in ('graph', 'tree')
+]
+
+# A mapping's other keys are read as vanilla reads them: through the
+# Variable's attribute, after the name, in the mapping's order, where that is
+# a non-empty tuple (graph mode; tree mode reads none of them): an
+# out_sharding key inserts its value after the name ((None, 'l', None, 'b')
+# for None on a created (None, 'b')), the deprecated sharding_names reads and
+# writes out_sharding, shape reads the value's shape (an add writes a
+# metadata key 'shape'; a pass's removal finds a dimension and raises).
+KEYED = {"{out_sharding: None}": (('out_sharding', None),),
+         "{out_sharding: 'z'}": (('out_sharding', 'z'),),
+         "{sharding_names: 'z'}": (('sharding_names', 'z'),),
+         '{shape: 3}': (('shape', 3),),
+         "{shape: 3, out_sharding: 'z', optimizer_sharding: 'l'}":
+             (('shape', 3), ('out_sharding', 'z'), ('optimizer_sharding', 'l'))}
+ROWS += [
+    Program(f'mapping with other keys {name}: {mode} vmap creates, {apply} pass',
+            (Leaf('w', (8, 16), Spec('tuple', (None, 'b')),
+                  optimizer_spec=Spec('tuple', (None, 'b'))),),
+            (Stack('vmap', 2, 0, 'l', mode, keys=keys),), mesh='none',
+            apply=Apply('vmap', DEFAULT if apply == 'default' else 'l', mode, 'clone',
+                        keys=keys if apply == 'keyed' else ()),
+            consumers=('eval_shape',))
+    for name, keys in KEYED.items()
+    for mode in ('graph', 'tree')
+    for apply in ('default', 'keyed')
+]
+ROWS += [  # a keyed pass that runs: it removes the name, then the out_sharding key
+    Program(f"mapping with other keys: a {mode} {wrap} pass given {{'z', out_sharding: 'l'}}"
+            " over a stack given {'l', out_sharding: 'z'}",
+            (Leaf('w', (8, 16), Spec('tuple', (None, 'b'))),),
+            (Stack('vmap', 2, 0, 'l', keys=(('out_sharding', 'z'),)),), mesh='none',
+            apply=Apply('vmap', 'z', mode, wrap, keys=(('out_sharding', 'l'),)),
+            consumers=('eval_shape',))
+    for mode in ('graph', 'tree')
+    for wrap in ('none', 'clone')
+]

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT = 'default'  # a Stack/Apply partition: no transform_metadata at all
 MODES = {'graph': (True, True), 'graph-no-updates': (True, False), 'tree': (False, False)}
@@ -94,6 +94,18 @@ OTHER_KEYS = ('extra', 'optimizer_sharding', 'tags')
 # in the last two (both flaxes then raise vanilla's ValueError at a node)
 # and raises on None (TypeError); the first three otherwise run as DEFAULT.
 JUNK = ('None', 'list', 'str', 'name str', 'name list')
+# Other keys of a mapping with nnx.PARTITION_NAME (Stack.keys, Apply.keys, in
+# the mapping's order, after the name): graph mode reads each through the
+# Variable's attribute after the name, where that is a non-empty tuple, as
+# vanilla's spmd.add_axis / remove_axis do: 'optimizer_sharding' (vanilla's
+# rule then decides that field on ours too: a list or jax.P is left alone),
+# 'out_sharding' (read again, after the name), the deprecated alias
+# 'sharding_names' (reads and writes out_sharding), 'shape' (the value's
+# shape: a removal finds a dimension, an add writes a metadata key 'shape').
+# Tree mode reads none of them, on both flaxes.
+KEYS = ('optimizer_sharding', 'out_sharding', 'sharding_names', 'shape')
+ATTRIBUTE = {'sharding_names': 'out_sharding'}  # the field a key's attribute reads
+SHAPE_VALUE = 3  # a 'shape' key's value: no stack size and no dimension
 RULES = (('embed', 'a'), ('mlp', 'b'))  # logical name -> mesh axis
 Entry = None | str | tuple[str, ...]
 
@@ -158,6 +170,12 @@ class Stack:
     # 'array': the leaves declared replicated along the stack (their specs as
     # the per-layer ones, as a bias () beside a kernel declared ('b',))
     replicated: tuple[str, ...] = ()
+    # 'array': the leaves whose optimizer_sharding is declared as written for
+    # the stacked array, without the stack's entry (e.g. jax.P('a', None,
+    # unreduced={'b'}) beside an out_sharding declared ('b',))
+    own_optimizer: tuple[str, ...] = ()
+    # a named mapping's other keys, in order: ((key, value), ...) (KEYS)
+    keys: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.decorator is not None and self.placement is None:
@@ -194,6 +212,8 @@ class Apply:
     # axis written with the other sign (None: as in_axes); one axis, as
     # axes are compared normalized (every leaf of the same stacked rank)
     out_axis: int | None = None
+    # a named mapping's other keys, in order: ((key, value), ...) (KEYS)
+    keys: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,12 +274,19 @@ def program_from_json(text: str) -> Program:
                    for l in d['leaves'])
     return Program(
         name=d['name'], leaves=leaves,
-        stacks=tuple(Stack(**{**s, 'replicated': tuple(s.get('replicated', ()))})
+        stacks=tuple(Stack(**{**s, 'replicated': tuple(s.get('replicated', ())),
+                              'own_optimizer': tuple(s.get('own_optimizer', ())),
+                              'keys': _pairs(s.get('keys', ()))})
                      for s in d['stacks']),
         mesh=d['mesh'], context_rules=d['context_rules'],
-        apply=None if d['apply'] is None else Apply(**d['apply']),
+        apply=None if d['apply'] is None else Apply(
+            **{**d['apply'], 'keys': _pairs(d['apply'].get('keys', ()))}),
         consumers=tuple(d['consumers']), optimizer=d['optimizer'], custom=d['custom'],
         arguments=tuple(tuple(a) for a in d['arguments']))
+
+
+def _pairs(keys: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, v) for k, v in keys)
 
 
 # The model ------------------------------------------------------------------
@@ -291,6 +318,11 @@ def _truthy(spec: Spec | None) -> bool:
     return spec is not None and bool(spec.entries)
 
 
+def _tuple(spec: Spec | None) -> bool:
+    """A field a mapping's other key updates: a non-empty tuple, on both."""
+    return _truthy(spec) and spec.form == 'tuple'
+
+
 def _updated(spec: Spec | None) -> bool:
     """A spec ours' named path updates and its inference reads: non-empty,
     not a NamedSharding (which names nothing)."""
@@ -318,13 +350,17 @@ class Call:
     function in its body (it runs inside: removes after, stacks before);
     ``records`` (ours, series 13) what its removal gave each mapped Variable
     and took from it, per field: ``(field, given, taken, shape)`` (shape:
-    the Variable's leaf's, which identifies its shape at any axis).
+    the Variable's leaf's, which identifies its shape at any axis);
+    ``keys`` the mapping's other keys after ``EXTRA_KEY`` (``KEYS``), each
+    read through the Variable's attribute after the name, in order, where
+    that is a non-empty tuple (both flaxes, graph mode).
     """
     flax: str
     axis: int
     name: Any = MISSING
     optimizer: Any = MISSING
     extra: bool = False  # EXTRA_KEY named in transform_metadata
+    keys: tuple[tuple[str, Any], ...] = ()
     inner: Call | None = None
     records: tuple[tuple[str, Spec, Spec, Any], ...] = ()
     out_axis: int | None = None  # out_axes of what the body makes (None: ``axis``)
@@ -373,9 +409,17 @@ class Call:
         form = 'tuple' if self.flax == 'vanilla' else spec.form
         return _insert(spec, self._index(rank, out), value, form)
 
-    def _extra(self, spec: Spec | None) -> bool:
-        # other keys named in transform_metadata: tuples only, on both (series 13)
-        return self.extra and _truthy(spec) and spec.form == 'tuple'
+    def _other_keys(self) -> tuple[tuple[str, Any], ...]:
+        """The mapping's keys besides the name, in its order."""
+        return ((EXTRA_KEY, EXTRA_VALUE),) * self.extra + self.keys
+
+    def _remove_shape(self, value: Any, rank: int) -> NoReturn:
+        """A 'shape' key: the removal pops the slice's dimension at the axis
+        (the body's value), never ``SHAPE_VALUE``: it raises."""
+        index = self._index(rank)
+        if not -rank <= index < rank:
+            raise CallError('IndexError: pop index out of range')
+        raise CallError(f'Expected to remove {value!r} at index {index} from (')
 
     def own_inside(self, fields: Fields, rank: int) -> Fields:
         """A mapped Variable's fields after this call's own removal (not its
@@ -390,8 +434,12 @@ class Call:
             if self.optimizer is not MISSING and _updated(spec) \
                     and _entry_at(spec, self._index(rank), rank) == self.optimizer:
                 out['optimizer_sharding'] = self._remove(spec, self.optimizer, rank)
-            if self._extra(fields[EXTRA_KEY]):
-                out[EXTRA_KEY] = self._remove(fields[EXTRA_KEY], EXTRA_VALUE, rank)
+            for key, value in self._other_keys():  # after the name, in order
+                if key == 'shape':
+                    self._remove_shape(value, rank)
+                field = ATTRIBUTE.get(key, key)
+                if _tuple(out[field]):
+                    out[field] = self._remove(out[field], value, rank)
         return out
 
     def inside(self, fields: Fields, rank: int) -> Fields:
@@ -458,8 +506,11 @@ class Call:
                                                      self.optimizer, rank, made)
         if back.get(EXTRA_KEY) is not None:
             out[EXTRA_KEY] = back[EXTRA_KEY]
-        elif self._extra(fields[EXTRA_KEY]):
-            out[EXTRA_KEY] = self._insert(fields[EXTRA_KEY], EXTRA_VALUE, rank, made)
+        for key, value in self._other_keys():  # after the name, in order
+            field = ATTRIBUTE.get(key, key)
+            # 'shape' writes a metadata key 'shape' (no field here)
+            if key != 'shape' and back.get(field) is None and _tuple(out[field]):
+                out[field] = self._insert(out[field], value, rank, made)
         return out
 
 
@@ -473,7 +524,8 @@ def _entry_at(spec: Spec, axis: int, rank: int) -> Any:
 
 def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
                   mapped: Any = (), *, extra: bool = False, decorator: str | None = None,
-                  placement: str | None = None, spmd_axis_name: Any = None) -> Call:
+                  placement: str | None = None, spmd_axis_name: Any = None,
+                  keys: tuple[tuple[str, Any], ...] = ()) -> Call:
     """THE rule: what one nnx.vmap / nnx.scan / nnx.pmap call does to metadata.
 
     ``partition`` is the given ``PARTITION_NAME`` (``DEFAULT``: none given),
@@ -496,7 +548,8 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
     on the way out to every Variable whose field equals a value it gave.
     """
     ours = flax == 'ours'
-    outer = _own_rule(flax, mode, partition, axis, mapped, extra, placement, spmd_axis_name)
+    outer = _own_rule(flax, mode, partition, axis, mapped, extra, placement, spmd_axis_name,
+                      keys)
     if placement is None:
         return outer
     inner = Call(flax, 0, decorator, decorator if ours else MISSING)
@@ -510,14 +563,18 @@ def stacking_rule(flax: str, mode: str, partition: Any, axis: int,
 
 
 def _own_rule(flax: str, mode: str, partition: Any, axis: int, mapped: Any, extra: bool,
-              placement: str | None, spmd_axis_name: Any) -> Call:
-    """The transform's own call (its decorator's aside): see ``stacking_rule``."""
+              placement: str | None, spmd_axis_name: Any,
+              keys: tuple[tuple[str, Any], ...] = ()) -> Call:
+    """The transform's own call (its decorator's aside): see ``stacking_rule``.
+    A mapping's other keys (``keys``) are read in graph mode only; one that
+    names ``optimizer_sharding`` decides that field on ours as on vanilla."""
     ours = flax == 'ours'
     leave = Call(flax, axis)  # the call leaves all metadata alone
     graph = MODES[mode] == (True, True)
     if graph and partition != DEFAULT:
-        return Call(flax, axis, partition, partition if ours else MISSING,
-                    extra=extra).recording(mapped)
+        own = ours and 'optimizer_sharding' not in dict(keys)
+        return Call(flax, axis, partition, partition if own else MISSING,
+                    extra=extra, keys=keys).recording(mapped)
     if not ours:  # vanilla's tree mode ignores a given name
         return leave
     if placement in APPLY_VISIBLE:
@@ -545,11 +602,14 @@ def array_fields(fields: Fields, stack: Stack, name: str) -> Fields:
     """Leaf ``name``'s fields as declared on its stacked array (``Stack``
     kind 'array'): the stack's entry at its index of out_sharding and
     optimizer_sharding, empty specs included, each keeping its form (none
-    for a leaf declared replicated)."""
+    for a leaf declared replicated, no optimizer_sharding for one of
+    ``own_optimizer``)."""
     out = dict(fields)
     if name in stack.replicated:
         return out
     for k in ('out_sharding', 'optimizer_sharding'):
+        if k == 'optimizer_sharding' and name in stack.own_optimizer:
+            continue
         if fields[k] is not None:
             out[k] = _insert(fields[k], stack.axis, stack.partition, fields[k].form)
     return out
@@ -587,7 +647,7 @@ def _build(program: Program, flax: str) -> Build:
             continue
         call = stacking_rule(flax, stack.mode, stack.partition, stack.axis,
                              extra=stack.extra, decorator=stack.decorator,
-                             placement=stack.placement)
+                             placement=stack.placement, keys=stack.keys)
         for leaf in program.leaves:
             if call.name is MISSING and call.inner is None \
                     and _updated(fields[leaf.name]['out_sharding']):
@@ -681,11 +741,13 @@ def apply_pass(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> 
                stacked_rank(program, leaf), leaf.shape) for leaf in program.leaves]
     if not apply.nested:
         call = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis,
-                             mapped, decorator=apply.decorator, placement=apply.placement)
+                             mapped, decorator=apply.decorator, placement=apply.placement,
+                             keys=apply.keys)
         return Pass((dataclasses.replace(call, out_axis=apply.out_axis),),
                     apply.placement in GRADS)
     # the outer transform's look through wrappers stops at the inner vmap
-    outer = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped)
+    outer = stacking_rule(flax, apply.mode, apply.partition, program.stacks[0].axis, mapped,
+                          keys=apply.keys)
     try:
         mapped = [(outer.inside(fields, rank - 1), rank - 1, shape)
                   for fields, rank, shape in mapped]
@@ -750,8 +812,8 @@ def writes_back_broadcasts(program: Program, flax: str) -> bool:
     scan) writes every broadcast Variable back after ``lax.scan``, changed
     or not, and inside ``jax.shard_map`` the unmapped layer, made outside
     it, is of another trace level (``TraceContextError``; a ``ref=True``
-    Variable is not checked). Ours writes back only what the body changed
-    (nnxaxis.16, issue 61), and no body here changes the unmapped layer."""
+    Variable is not checked). Ours writes back only the broadcasts the body
+    changed, and no body here changes the unmapped layer."""
     a = program.apply
     return flax == 'vanilla' and a is not None and a.kind == 'scan' and a.shard_map \
         and MODES[a.mode] != (True, True) and any(not l.ref for l in program.leaves)

@@ -176,7 +176,7 @@ def build(program: Program, level: int = 0, seed: Any = 0.0) -> Layer:
         tm = {nnx.PARTITION_NAME: stack.partition}
         if stack.extra:
             tm[EXTRA_KEY] = EXTRA_VALUE
-        kwargs['transform_metadata'] = tm
+        kwargs['transform_metadata'] = {**tm, **dict(stack.keys)}
     else:
         kwargs.update(other_metadata(stack.other))
     xs = jnp.arange(stack.size, dtype=jnp.float32) * 10.0 ** (len(program.stacks) - level)
@@ -330,7 +330,8 @@ def run_apply(program: Program, apply: Apply, model: Layer,
     graph, updates = MODES[apply.mode]
     kwargs: dict[str, Any] = {'graph': graph, 'graph_updates': updates}
     if apply.partition != DEFAULT:
-        kwargs['transform_metadata'] = {nnx.PARTITION_NAME: apply.partition}
+        kwargs['transform_metadata'] = {nnx.PARTITION_NAME: apply.partition,
+                                        **dict(apply.keys)}
     else:
         kwargs.update(other_metadata(apply.other))
     axis = program.stacks[0].axis

@@ -7,7 +7,8 @@ import dataclasses
 from hypothesis import strategies as st
 
 from tests.oracle.programs import APPLY_VISIBLE, CALLABLES, DEFAULT, GRADS, HIDDEN, HOSTILE, JUNK, \
-    MODES, OTHER_KEYS, RULES, VISIBLE, Apply, Leaf, Program, Spec, Stack, ambiguous_give_back
+    KEYS, MODES, OTHER_KEYS, RULES, SHAPE_VALUE, VISIBLE, Apply, Leaf, Program, Spec, Stack, \
+    ambiguous_give_back
 
 MESH_SIZES = {'a': 2, 'b': 4}
 LOGICAL = dict(RULES)
@@ -21,6 +22,10 @@ NEW_FORMS = ('one', '(None,)', 'list', 'unreduced', 'reduced', 'named')
 WRAPS = ('clone', 'grad', 'optimizer')  # bodies that make Variables
 # Series 13: bodies that return the mapped layer's state or create a layer
 NEW_WRAPS = ('return', 'create')
+# A declared stack's optimizer_sharding as written (Stack.own_optimizer):
+# a jax.P whose unreduced or reduced axes hold the stack's name (the entry
+# its out_sharding has at the axis), or a spec without the name
+OWN_FORMS = ('unreduced', 'reduced', 'list', 'pspec', 'tuple')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +42,11 @@ class Cover:
     other: str | None = None  # a mapping without PARTITION_NAME on the stacks and the pass
     apply_placement: str | None = None  # the pass's decorator (APPLY_VISIBLE, HIDDEN)
     nested: bool = False  # the pass's body an inner default vmap
+    # a declared stack's optimizer_sharding as written (OWN_FORMS), mesh-less
+    own_optimizer: str | None = None
+    keys: tuple[str, ...] = ()  # a named mapping's other keys (KEYS), mesh-less
+    stack_named: bool = False  # the outermost stack given a name
+    named_pass: bool = False  # the pass given the outermost stack's name
 
 
 # Hypothesis explores few distinct programs in CI's 50 examples, so the new
@@ -57,10 +67,22 @@ COVER = {
 # created layer); mappings without a name; callables whose __hash__ raises;
 # the decorator behind nnx.grad / value_and_grad and under a nested vmap.
 COVER |= {
-    'cover 5': Cover(array=True, wrap='clone', callable='frozen', other='extra'),
-    'cover 6': Cover(array=True, wrap='create', callable='struct', other='tags'),
+    'cover 5': Cover(array=True, wrap='clone', callable='frozen', other='extra',
+                     own_optimizer='unreduced'),
+    'cover 6': Cover(array=True, wrap='create', callable='struct', other='tags',
+                     own_optimizer='reduced'),
     'cover 7': Cover(array=True, apply_placement='value_and_grad', other='optimizer_sharding'),
-    'cover 8': Cover(nested=True, apply_placement='direct', wrap='return'),
+    'cover 8': Cover(nested=True, apply_placement='direct', wrap='return', stack_named=True,
+                     keys=('out_sharding', 'sharding_names', 'optimizer_sharding')),
+}
+# A declared stack's optimizer_sharding as written: a jax.P keeping the
+# stack's name unreduced or reduced under a default pass (covers 5, 6), a
+# list under a pass given the name whose mapping names optimizer_sharding
+# (each over the one stack, which the pass maps); a named mapping's other keys on a stack
+# (cover 8: out_sharding, sharding_names, optimizer_sharding)
+COVER |= {
+    'cover 9': Cover(array=True, own_optimizer='list', named_pass=True, wrap='clone',
+                     keys=('optimizer_sharding',)),
 }
 # JAX runs ref=True Variables only so far: stacked by nnx.vmap at out_axes
 # 0, not behind nnx.remat, mapped by a vmap whose body has no nnx.cond, no
@@ -74,9 +96,10 @@ COVER |= {
 # compatibility.md's consequence (a ref=True Variable created at a negative
 # axis gets its entry at index 0) is never reached here.
 REFS = 'vmap at axis 0, no remat placement, no cond, no grad, no adafactor, no spec read'
-# A focus makes sure the few examples CI runs reach each patched path.
-# (interleaved: hypothesis's derandomized draws then reach every focus in 50)
-FOCUS = tuple(f for pair in zip(('free', 'pmap', *WRAPS, 'free', 'free', 'free'), COVER)
+# A focus makes sure the few examples CI runs reach each patched path: the
+# derandomized run gives each entry its share of the examples
+# (test_oracle.py); fresh programs draw the focus.
+FOCUS = tuple(f for pair in zip(('free', 'pmap', *WRAPS, 'free', 'free', 'cover 9'), COVER)
               for f in pair)
 
 
@@ -91,11 +114,12 @@ def spec_only_on_no_mesh(spec: Spec | None) -> bool:
 
 
 @st.composite
-def programs(draw: st.DrawFn) -> Program:
-    focus = draw(st.sampled_from(FOCUS))
+def programs(draw: st.DrawFn, focus: str | None = None) -> Program:
+    """A random program; of ``focus`` (an entry of ``FOCUS``), or a drawn one."""
+    focus = focus or draw(st.sampled_from(FOCUS))
     cover = COVER.get(focus, Cover())
-    mesh = 'none' if focus == 'pmap' or cover.forms else draw(
-        st.sampled_from(['none', 'auto', 'explicit']))
+    mesh = 'none' if focus == 'pmap' or cover.forms or cover.own_optimizer or cover.keys \
+        else draw(st.sampled_from(['none', 'auto', 'explicit']))
     # Variable-local rules do not resolve under jax.sharding.reshard (Explicit)
     logical = draw(st.sampled_from(['no', 'context'] + (['local'] if mesh != 'explicit' else [])))
     free = {'a', 'b'}  # mesh axes not used yet: each at most once per spec
@@ -104,6 +128,24 @@ def programs(draw: st.DrawFn) -> Program:
     refs = cover.ref or (focus != 'grad' and 'remat' not in placements
                          and cover.apply_placement not in GRADS + ('remat',) and draw(
                              st.sampled_from([False, False, False, True])))
+
+    def mapping_keys(partition: object, axis: int) -> tuple[tuple[str, object], ...]:
+        """A named mapping's other keys, in a drawn order (KEYS): the name
+        or another value for optimizer_sharding; mesh-less (a spec longer than
+        its array, a metadata key 'shape'), out_sharding and sharding_names
+        None or 'z', and at a non-negative axis shape."""
+        if not (cover.keys or draw(st.integers(0, 3)) == 0):
+            return ()
+        options = [k for k in KEYS if k == 'optimizer_sharding' or (
+            mesh == 'none' and (k != 'shape' or axis >= 0))]
+        chosen = [k for k in cover.keys if k in options] or draw(
+            st.lists(st.sampled_from(options), min_size=1, max_size=3, unique=True))
+        values = {'optimizer_sharding': [partition] * 3 + ['o'] * (
+                      mesh == 'none' and not cover.keys),
+                  'out_sharding': [None, 'z'], 'sharding_names': [None, 'z'],
+                  'shape': [SHAPE_VALUE]}
+        return tuple((k, draw(st.sampled_from(values[k])))
+                     for k in draw(st.permutations(chosen)))
 
     def entry(logical_names: bool = True) -> object:
         options: list[object] = [None]
@@ -158,6 +200,8 @@ def programs(draw: st.DrawFn) -> Program:
     stacks = []
     # every program builds a stack
     depth = max(len(placements), draw(st.integers(1, 2)), 2 if cover.nested else 1)
+    if cover.own_optimizer:
+        depth = 1  # the pass maps the declared stack
     min_rank = min(len(l.shape) for l in leaves)
     for level in range(depth):
         size = draw(st.sampled_from([1, 2, 4]))
@@ -171,6 +215,8 @@ def programs(draw: st.DrawFn) -> Program:
             entries: list[object] = [None] + [
                 a for a in sorted(MESH_SIZES) if a not in used
                 and (mesh == 'none' or size % MESH_SIZES[a] == 0)]
+            if cover.own_optimizer and len(entries) > 1:
+                entries.remove(None)  # a name the optimizer_sharding keeps unreduced
             partition = draw(st.sampled_from(entries))
             used.add(partition)
             # a leaf declared replicated along the stack (a bias beside a kernel)
@@ -187,7 +233,31 @@ def programs(draw: st.DrawFn) -> Program:
                                               shape=leaves[0].shape)
                           if i == 0 or l.name in replicated else l
                           for i, l in enumerate(leaves)]
-            stacks.append(Stack('array', size, axis, partition, replicated=replicated))
+            own: tuple[str, ...] = ()
+            if mesh == 'none' and (cover.own_optimizer or draw(st.integers(0, 3)) == 0):
+                # one leaf's optimizer_sharding as written for the stacked
+                # array, without the stack's entry: a jax.P keeping the
+                # stack's name unreduced or reduced, or a spec of a form
+                # (entries: the per-layer spec's, which do not name it)
+                i = draw(st.sampled_from([i for i, l in enumerate(leaves)
+                                          if l.name not in replicated]))
+                if cover.own_optimizer and (leaves[i].spec is None
+                                            or leaves[i].spec.form == 'named'):
+                    # its out_sharding declared, so the stack's entry names the axis
+                    leaves[i] = dataclasses.replace(leaves[i], spec=Spec('tuple', ()))
+                form = cover.own_optimizer or draw(st.sampled_from(OWN_FORMS))
+                entries = leaves[i].spec.entries if leaves[i].spec \
+                    and leaves[i].spec.form != 'named' else ()
+                if form in ('list', 'pspec', 'tuple'):
+                    entries = entries or (None,)  # a spec updated: not empty
+                overlap = {form: (partition,)} if form in ('unreduced', 'reduced') \
+                    and partition is not None else {}
+                optimizer = Spec('pspec' if form in ('unreduced', 'reduced') else form,
+                                 entries, **overlap)
+                leaves[i] = dataclasses.replace(leaves[i], optimizer_spec=optimizer)
+                own = (leaves[i].name,)
+            stacks.append(Stack('array', size, axis, partition, replicated=replicated,
+                                own_optimizer=own))
             continue
         names: list[object] = [DEFAULT, DEFAULT, None]
         if mesh == 'none':
@@ -195,6 +265,8 @@ def programs(draw: st.DrawFn) -> Program:
         else:
             names += [a for a in sorted(MESH_SIZES) if a not in used and size % MESH_SIZES[a] == 0]
         partition = draw(st.sampled_from(names))
+        if cover.stack_named and level == 0 and len(names) > 3:
+            partition = names[3]  # a name the specs do not use
         if isinstance(partition, str) and partition != DEFAULT:
             used.add(partition)
         # nnx.pmap needs devices, not a mesh context (jax.set_mesh rejects it):
@@ -207,6 +279,8 @@ def programs(draw: st.DrawFn) -> Program:
         if decorate:
             partition = DEFAULT
         mode = draw(st.sampled_from(sorted(MODES)))
+        if cover.stack_named and level == 0:
+            mode = 'graph'  # where a mapping's other keys are read
         rank_after = min_rank + depth - level
         axis = draw(st.integers(-rank_after, rank_after - 1)) if kind == 'vmap' else 0
         if (focus == 'optimizer' and level == 0) or refs:
@@ -232,8 +306,9 @@ def programs(draw: st.DrawFn) -> Program:
                 cover.other or draw(st.integers(0, 5)) == 0):
             # nnxaxis.16: or transform_metadata that is no mapping of a name
             other = cover.other or draw(st.sampled_from(OTHER_KEYS + JUNK))
+        keys = mapping_keys(partition, axis) if partition != DEFAULT else ()
         stacks.append(Stack(kind, size, axis, partition, mode, extra, decorator, placement,
-                            other))
+                            other, keys=keys))
     apply = None
     if focus in WRAPS or cover.callable or cover.wrap or cover.apply_placement \
             or cover.nested or draw(st.integers(0, 3)) > 0:
@@ -242,8 +317,9 @@ def programs(draw: st.DrawFn) -> Program:
         if outer.kind == 'pmap':
             kinds = ['pmap', 'vmap']
         kind = 'vmap' if refs else draw(st.sampled_from(kinds))
-        # issue 61: a simple scan (tree mode, or graph mode without updates)
-        # inside jax.shard_map, its unmapped layer a broadcast made outside
+        # a simple scan (tree mode, or graph mode without updates) inside
+        # jax.shard_map, its unmapped layer a broadcast made outside: only
+        # what the body changed is written back (vanilla raises there)
         simple_scan = mesh == 'auto' and 'scan' in kinds and not refs \
             and focus != 'grad' and draw(st.booleans())
         if simple_scan:
@@ -280,6 +356,11 @@ def programs(draw: st.DrawFn) -> Program:
             mode = 'graph'  # else returning the mapped state raises on both (Duplicate)
         body = cover.callable or draw(st.sampled_from(CALLABLES))
         partition = draw(st.sampled_from(partitions))
+        if cover.named_pass and (outer.partition in partitions or outer.kind == 'array'):
+            partition = outer.partition  # the stack's name, as it was stacked
+        if cover.own_optimizer:  # graph mode: default, or the name for the mapping's keys
+            mode = 'graph'
+            partition = partition if cover.named_pass else DEFAULT
         # series 13: nnx.transform_metadata on the body (a vmap's), over the
         # stack it maps at axis 0 (the second one for a nested body), its
         # partition that stack's entry or None
@@ -318,13 +399,16 @@ def programs(draw: st.DrawFn) -> Program:
                 and focus not in COVER and draw(st.integers(0, 3)) == 0:
             rank = ranks.pop()
             out_axis = outer.axis - rank if outer.axis >= 0 else outer.axis + rank
+        keys = () if partition == DEFAULT or nested else mapping_keys(partition, outer.axis)
+        if not cover.keys and 'shape' in dict(keys) and draw(st.booleans()):
+            keys = tuple(k for k in keys if k[0] != 'shape')  # it raises: fewer of those
         apply = Apply(kind, partition, mode, wrap,
                       state_axes=mode == 'graph' and draw(st.booleans()),
                       # replicated in_specs: arrays sharded on Explicit meshes are rejected
                       shard_map=mesh == 'auto' and (simple_scan or draw(st.booleans())),
                       callable=body,
                       other=other, decorator=decorator, placement=placement, nested=nested,
-                      out_axis=out_axis)
+                      out_axis=out_axis, keys=keys)
     consumers = ['eval_shape']
     if not refs and not any(spec_only_on_no_mesh(l.spec) for l in leaves):
         consumers.append('partition_spec')
@@ -353,6 +437,36 @@ def spec_families(spec: Spec | None) -> list[str]:
     return found
 
 
+def mapping_families(program: Program) -> list[str]:
+    """A named mapping's other keys (each, in graph mode or tree mode, on a
+    stack or a pass; optimizer_sharding by the forms it names), and a
+    declared stack's optimizer_sharding as written, where a pass maps the
+    stack (a jax.P keeping the stack's name unreduced or reduced among them)."""
+    found = []
+    calls = [('stack', s.mode, s.keys) for s in program.stacks]
+    if program.apply is not None:
+        calls.append(('pass', program.apply.mode, program.apply.keys))
+    forms = {l.optimizer_spec.form for l in program.leaves if l.optimizer_spec}
+    for where, mode, keys in calls:
+        graph = 'graph' if MODES[mode] == (True, True) else 'tree'
+        for key, _ in keys:
+            found += ['mapping keys', f'mapping key:{key}', f'mapping key:{key}:{graph}',
+                      f'mapping key:{key} on a {where}']
+            if key == 'optimizer_sharding':
+                found += [f'mapping names optimizer_sharding over:{f}' for f in forms]
+    # the declared stack the pass maps: the outermost, or a nested body's
+    mapped = program.stacks[1 if program.apply.nested else 0] if program.apply else None
+    for s in program.stacks:
+        for leaf in program.leaves:
+            if leaf.name in s.own_optimizer and leaf.optimizer_spec is not None \
+                    and s is mapped:
+                spec = leaf.optimizer_spec
+                found.append(f'own optimizer_sharding:{spec.form}')
+                found += [f'optimizer_sharding {k} over the name'
+                          for k in ('unreduced', 'reduced') if s.partition in getattr(spec, k)]
+    return found
+
+
 def families(program: Program) -> list[str]:
     """The code paths a program reaches, for the drawn set's counts."""
     found = ['stack'] if program.stacks else []
@@ -360,6 +474,7 @@ def families(program: Program) -> list[str]:
     found += [f'mode:{s.mode}' for s in program.stacks]
     for leaf in program.leaves:
         found += spec_families(leaf.spec) + ['ref'] * leaf.ref
+    found += mapping_families(program)
     for s in program.stacks:
         if s.placement is not None:
             found += ['decorator', f'placement:{s.placement}']
@@ -413,4 +528,9 @@ REQUIRED = ('stack', 'decorator', 'forward', 'copy (nnx.clone)', 'grad under vma
             *(f'callable:{c}' for c in CALLABLES if c not in HOSTILE),
             # series 13 (the rest: corpus.py's rows, and the long run)
             'stack:array', 'array stack pass:clone', 'array stack pass:create', 'body:return',
-            'nested pass', 'other keys', 'pass decorator', 'callable:frozen', 'callable:struct')
+            'nested pass', 'other keys', 'pass decorator', 'callable:frozen', 'callable:struct',
+            # a read-only pass over a jax.P keeping the name unreduced or
+            # reduced; a named mapping's other keys (the rest: corpus.py's rows)
+            'optimizer_sharding unreduced over the name', 'optimizer_sharding reduced over the name',
+            *(f'mapping key:{k}' for k in KEYS), 'mapping key:optimizer_sharding on a pass',
+            'mapping names optimizer_sharding over:list', 'mapping names optimizer_sharding over:pspec')

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import warnings
 from typing import Any
 
 import jax
@@ -1059,4 +1060,48 @@ def _public_pair_by_hand() -> Report:
                     v = fn(v, axis, tm)
                     steps.append(_by_hand_fields(v))
                 out[f'{label} {form} {axis}'] = steps
+    return out
+
+
+@probe()
+def public_pair_reads_other_keys_through_the_attribute() -> Report:
+    """The public pair reads a mapping's other keys as vanilla: through the
+    Variable's attribute, after the name, in the mapping's order, where that
+    is a non-empty tuple: ``out_sharding`` read again after the name,
+    ``sharding_names`` (its deprecated alias), ``shape`` (the value's: an
+    add writes a metadata key 'shape', a removal finds a dimension and
+    raises), each alone and in two orders; full tuple specs, axis 0 and 1."""
+    with nnx.use_eager_sharding(False), warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)  # sharding_names
+        return _public_pair_other_keys()
+
+
+def _public_pair_other_keys() -> Report:
+    out: Report = {}
+    pn = nnx.PARTITION_NAME
+    mappings = {
+        'out_sharding z': {pn: 'l', 'out_sharding': 'z'},
+        'out_sharding None': {pn: 'l', 'out_sharding': None},
+        'sharding_names z': {pn: 'l', 'sharding_names': 'z'},
+        'shape 3': {pn: 'l', 'shape': 3},
+        'shape, out_sharding': {pn: 'l', 'shape': 3, 'out_sharding': 'z'},
+        'out_sharding, optimizer_sharding': {pn: 'l', 'out_sharding': 'z',
+                                             'optimizer_sharding': 'l'},
+    }
+    for label, tm in mappings.items():
+        for axis in (0, 1):
+            for name, fn in (('add', nnx.spmd.add_axis), ('remove', nnx.spmd.remove_axis)):
+                spec = [None, 'b']  # per layer; stacked for a removal
+                if name == 'remove':
+                    spec.insert(axis, 'l')
+                x = nnx.Param(jnp.zeros((2, 3, 4)), out_sharding=tuple(spec),
+                              optimizer_sharding=tuple(spec))
+                try:
+                    x = fn(x, axis, tm)
+                    meta = x.get_metadata()
+                    result: Any = {**_by_hand_fields(x),
+                                   'shape': repr(meta.get('shape')), 'keys': sorted(meta)}
+                except Exception as e:  # noqa: BLE001 -- the outcome is the report
+                    result = f'{type(e).__name__}: {str(e).splitlines()[0]}'
+                out[f'{name} {label} at {axis}'] = result
     return out
