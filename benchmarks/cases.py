@@ -7,7 +7,8 @@ number of layers, on 8 simulated CPU devices. The full mode runs every case
 in its own process, one at a time, ours and vanilla alternating; the smoke
 mode runs all cases of an interpreter in one ``batch.py`` process, both
 interpreters at once. ``instructions.py`` counts the main thread's
-instructions under callgrind.
+instructions under callgrind; ``calls.py`` those of one traced call a case
+(``run_call_instructions``).
 """
 
 from __future__ import annotations

@@ -287,6 +287,9 @@ def print_calls(results: dict[str, Any]) -> None:
     if 'skipped' in calls:
         print(f'   skipped: {calls["skipped"]}')
         return
+    entries = [entry for case, entry in calls.items() if case != 'seconds']
+    print('   flax: ' + ', '.join(f'{label} {entries[0][label]["versions"]["flax"]}'
+                                   for label, _, _ in CALL_RUNS))
     for case, entry in calls.items():
         if case == 'seconds':
             continue

@@ -3,7 +3,7 @@
 The driver: it runs the same measured programs under two interpreters
 (``environments.py`` makes or reuses them), case by case (``cases.py``),
 section by section (memory, collectives, overhead, scaling with the number
-of Variables, instruction counts). As each section completes, its table is
+of Variables, instruction counts, one traced call a case). As each section completes, its table is
 printed and the results so far are written to ``build/bench/results.json``
 (``results-smoke.json`` with ``--smoke``); a section that fails or runs past
 ``--program-timeout`` stops the run, which says which section and keeps the
@@ -11,12 +11,18 @@ figures of those before it. At the end come the figures' targets
 (``report.py``). See ``docs/benchmarks.md``.
 
 ``--ours-python`` / ``--vanilla-python`` use existing interpreters instead
-of the venvs.
+of the venvs; ``--ours-pythonpath`` / ``--vanilla-pythonpath`` put a folder
+first on their ``PYTHONPATH`` (``--vanilla-registry``: the registry's wheel,
+unpacked). ``--sections`` runs only the sections named, ``--calls`` only
+those cases of the calls section.
 
 Usage::
 
     python benchmarks/run.py [--smoke] [--ours-python P --vanilla-python P]
-                             [--program-timeout SECONDS]
+                             [--program-timeout SECONDS] [--sections S,...]
+                             [--calls CASE|tree|recording|all,...]
+                             [--call-processes N] [--ours-pythonpath DIR]
+                             [--vanilla-pythonpath DIR | --vanilla-registry]
 
 ``run_smoke(ours_python, vanilla_python)`` runs the smoke mode from Python
 (for a test) and returns the results; it raises ``RuntimeError`` if a program
