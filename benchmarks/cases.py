@@ -86,6 +86,7 @@ class Config:
     program_timeout: int = PROGRAM_TIMEOUT  # seconds per measured program
     call_cases: tuple[str, ...] = ()  # calls.py's cases counted under callgrind
     call_processes: int = 3  # processes a run of them (the range of the counts)
+    call_workers: int = 2    # of those processes at once (counts do not depend on load)
 
 
 FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
@@ -319,8 +320,8 @@ def run_call_instructions(pythons: dict[str, str], config: Config,
 
     Each run of ``CALL_RUNS`` counts every case of ``config.call_cases`` in
     ``config.call_processes`` processes (median of ``instruction_repeats``
-    traces after one uncounted, each), two processes at once, the runs
-    interleaved. ``{case: {label: {'medians': [one a process], 'samples':
+    traces after one uncounted, each), ``config.call_workers`` processes at
+    once, the runs interleaved. ``{case: {label: {'medians': [one a process], 'samples':
     [...]}, 'ratios': {label: {'median': ..., 'range': [low, high]}}}}``:
     ours over the median of the other run's process medians, and its range
     (ours' lowest over their highest, ours' highest over their lowest).
@@ -346,7 +347,8 @@ def run_call_instructions(pythons: dict[str, str], config: Config,
         return rows
 
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as build_dir, ThreadPoolExecutor(max_workers=2) as pool:
+    with (tempfile.TemporaryDirectory() as build_dir,
+          ThreadPoolExecutor(max_workers=config.call_workers) as pool):
         marks = compile_marks(Path(build_dir))
         outputs = list(pool.map(lambda job: count(job, marks), jobs))
     table: dict[str, Any] = {'seconds': time.perf_counter() - start}

@@ -21,7 +21,8 @@ Usage::
     python benchmarks/run.py [--smoke] [--ours-python P --vanilla-python P]
                              [--program-timeout SECONDS] [--sections S,...]
                              [--calls CASE|tree|recording|all,...]
-                             [--call-processes N] [--ours-pythonpath DIR]
+                             [--call-processes N] [--call-workers N]
+                             [--ours-pythonpath DIR]
                              [--vanilla-pythonpath DIR | --vanilla-registry]
 
 ``run_smoke(ours_python, vanilla_python)`` runs the smoke mode from Python
@@ -193,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                              'or tree, recording, all (default all)')
     parser.add_argument('--call-processes', type=int,
                         help=f'processes a run of the calls (default {FULL.call_processes})')
+    parser.add_argument('--call-workers', type=int,
+                        help='processes of the calls at once (default '
+                             f'{FULL.call_workers}; each holds about 1.4 GB under valgrind)')
     parser.add_argument('--ours-pythonpath',
                         help='put this first on PYTHONPATH of ours (a flax source tree)')
     parser.add_argument('--vanilla-pythonpath',
@@ -207,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, call_cases=args.calls)
     if args.call_processes is not None:
         config = dataclasses.replace(config, call_processes=args.call_processes)
+    if args.call_workers is not None:
+        config = dataclasses.replace(config, call_workers=args.call_workers)
     ours, vanilla = args.ours_python, args.vanilla_python
     if args.vanilla_registry and vanilla is None:
         vanilla = ours
