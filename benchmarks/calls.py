@@ -42,8 +42,6 @@ from bench_model import Block, jax, jnp, nnx
 
 KINDS = ('tree_scan', 'simple_scan', 'tree_vmap', 'record_scan', 'record_opt_scan')
 BATCH = 8
-# A traced call: a fresh function of the arguments, and the arguments.
-Traced = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 class CallSpec(NamedTuple):
@@ -100,12 +98,15 @@ def create_stack(call: CallSpec, width: int, variant: str) -> Layer:
     """The stacked layers of ``call`` (layer axis first), as ``variant`` makes them."""
     if call.kind.startswith('record'):
         return stacked_variables(call, width)
-    create, keys = stack_creation(call, width, variant)
-    return create(*keys)
+    return stack_creation(call, width, variant)(stack_keys(call))
 
 
-def stack_creation(call: CallSpec, width: int, variant: str) -> Traced:
-    """A fresh ``nnx.vmap(graph=False)`` creating the stack, and its keys."""
+def stack_keys(call: CallSpec) -> jax.Array:
+    return jax.random.split(jax.random.key(0), call.layers)
+
+
+def stack_creation(call: CallSpec, width: int, variant: str) -> Callable[..., Layer]:
+    """A fresh ``nnx.vmap(graph=False)`` creating the stack from its keys."""
     blocks = call.variables // 4
 
     def body(key: jax.Array) -> Layer:
@@ -114,8 +115,7 @@ def stack_creation(call: CallSpec, width: int, variant: str) -> Traced:
     if variant == 'workaround':
         body = nnx.transform_metadata(body, in_axes=0, out_axes=0, partition=None,
                                       graph=False)
-    keys = jax.random.split(jax.random.key(0), call.layers)
-    return nnx.vmap(body, in_axes=0, out_axes=0, graph=False), (keys,)
+    return nnx.vmap(body, in_axes=0, out_axes=0, graph=False)
 
 
 def stacked_variables(call: CallSpec, width: int) -> Layer:
@@ -135,16 +135,19 @@ def broadcast_layer(call: CallSpec, width: int) -> Layer:
                   for _ in range(call.broadcasts)])
 
 
-def scan_call(call: CallSpec, variant: str, seen: list[Any]) -> Callable[..., jax.Array]:
+def scan_call(call: CallSpec, variant: str, seen: list[Any] | None
+              ) -> Callable[..., jax.Array]:
     """A fresh ``nnx.scan`` of ``call`` over ``(stack, broadcasts, x)``;
-    ``seen`` gets the stacked Variables' sharding metadata inside the body."""
+    ``seen``, if given, gets the stacked Variables' sharding metadata inside
+    the body."""
 
     def step(layer: Layer, shared: Layer, x: jax.Array) -> jax.Array:
-        seen.append(shardings(layer))
+        if seen is not None:
+            seen.append(shardings(layer))
         return shared(layer(x))
 
     axes = (0, None, nnx.Carry)
-    if call.kind == 'record_scan' or call.kind == 'record_opt_scan':
+    if call.kind.startswith('record'):
         lifted = bench_model.lifted_kwargs(variant)
         return nnx.scan(step, in_axes=axes, out_axes=nnx.Carry, **lifted)
     graph = call.kind == 'simple_scan'
@@ -156,47 +159,49 @@ def scan_call(call: CallSpec, variant: str, seen: list[Any]) -> Callable[..., ja
 
 
 class Call:
-    """The inputs of one case, made once; ``traced()`` a fresh call on them."""
+    """The inputs of one case, made once; ``trace()`` traces a fresh call on
+    them (the lifted transform made inside the traced function, as
+    ``bench_model.apply_blocks`` makes it). With ``watch``, the body records
+    the metadata it sees (outside the counts only: it costs a walk)."""
 
-    def __init__(self, call: CallSpec, width: int, variant: str) -> None:
+    def __init__(self, call: CallSpec, width: int, variant: str, watch: bool = False) -> None:
         self.call, self.width, self.variant = call, width, variant
-        self.seen: list[Any] = []
-        if call.kind != 'tree_vmap':
-            self.stack = create_stack(call, width, variant)
-            self.shared = broadcast_layer(call, width)
-            self.x = jnp.ones((BATCH, width))
+        self.seen: list[Any] | None = [] if watch else None
+        if call.kind == 'tree_vmap':
+            self.args: tuple[Any, ...] = (stack_keys(call),)
+            return
+        self.stack = create_stack(call, width, variant)
+        shared = broadcast_layer(call, width)
+        x = jnp.ones((BATCH, width))
+        if call.kind.startswith('record'):  # graph mode: split once, merged inside
+            self.graphdef, state = nnx.split((self.stack, shared))
+            self.args = (state, x)
+        else:
+            self.args = (self.stack, shared, x)
 
-    def traced(self) -> Traced:
-        if self.call.kind == 'tree_vmap':
-            return stack_creation(self.call, self.width, self.variant)
-        scan = scan_call(self.call, self.variant, self.seen)
-        if self.call.kind.startswith('record'):  # graph mode: the Module's graph
-            graphdef, state = nnx.split((self.stack, self.shared))
-
-            def forward_graph(state: nnx.State, x: jax.Array) -> jax.Array:
-                return scan(*nnx.merge(graphdef, state), x)
-
-            return forward_graph, (state, self.x)
-
-        def forward(stack: Layer, shared: Layer, x: jax.Array) -> jax.Array:
-            return scan(stack, shared, x)
-
-        return forward, (self.stack, self.shared, self.x)
+    def function(self) -> Callable[..., Any]:
+        """A new function of ``self.args`` making the call (no cache hit)."""
+        call, variant, seen = self.call, self.variant, self.seen
+        if call.kind == 'tree_vmap':
+            return lambda keys: stack_creation(call, self.width, variant)(keys)
+        if call.kind.startswith('record'):
+            graphdef = self.graphdef
+            return lambda state, x: scan_call(call, variant, seen)(
+                *nnx.merge(graphdef, state), x)
+        return lambda stack, shared, x: scan_call(call, variant, seen)(stack, shared, x)
 
     def trace(self) -> Any:
-        function, args = self.traced()
-        return jax.make_jaxpr(function)(*args)
+        return jax.make_jaxpr(self.function())(*self.args)
 
     def metadata(self) -> dict[str, Any]:
         """The metadata the body saw and that the stack has after one trace."""
-        self.seen.clear()
         if self.call.kind == 'tree_vmap':
-            function, args = self.traced()
-            after = function(*args)
+            after = self.function()(*self.args)
         else:
             self.trace()
             after = self.stack
-        return {'body': self.seen[0] if self.seen else None, 'after': shardings(after)}
+        seen = self.seen or [None]
+        return {'body': seen[0], 'after': shardings(after)}
 
 
 def shardings(node: Any) -> dict[str, Any]:
@@ -238,7 +243,7 @@ def main() -> None:
             spec = parse_call(text)
 
             def measure() -> dict[str, Any]:
-                call = Call(spec, args.width, variant)
+                call = Call(spec, args.width, variant, watch=counter is None)
                 if counter is None:
                     return {'metadata': call.metadata()}
                 return count(call, args.repeats, args.warmup, counter)
