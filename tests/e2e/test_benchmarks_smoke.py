@@ -116,7 +116,7 @@ SMALL_CALLS = ('tree_scan:4x4:b2', 'tree_scan:2x8', 'tree_vmap:4x4', 'simple_sca
 @pytest.mark.slow
 def test_the_calls_give_ours_the_metadata_of_vanillas_workaround(vanilla_python: str) -> None:
     """The calls section's cases, traced once without valgrind (one jax
-    process per interpreter, 14 s of CPU; 78 s beside a callgrind run): every
+    process per interpreter, 14 s of CPU; 78-194 s beside callgrind runs): every
     one runs, and ours as written leaves the metadata vanilla's workaround
     does, where vanilla as written differs."""
     metadata: dict[str, dict[str, object]] = {}
