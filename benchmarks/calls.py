@@ -168,11 +168,13 @@ class Call:
         self.call, self.width, self.variant = call, width, variant
         self.seen: list[Any] | None = [] if watch else None
         if call.kind == 'tree_vmap':
-            self.args: tuple[Any, ...] = (stack_keys(call),)
+            self.args: tuple[Any, ...] = (jax.eval_shape(lambda: stack_keys(call)),)
             return
-        self.stack = create_stack(call, width, variant)
-        shared = broadcast_layer(call, width)
-        x = jnp.ones((BATCH, width))
+        # Abstract arrays (shape, dtype, sharding): tracing needs no more, and
+        # computing them eagerly under valgrind took most of a process's time.
+        self.stack = nnx.eval_shape(lambda: create_stack(call, width, variant))
+        shared = nnx.eval_shape(lambda: broadcast_layer(call, width))
+        x = jax.ShapeDtypeStruct((BATCH, width), jnp.float32)
         if call.kind.startswith('record'):  # graph mode: split once, merged inside
             self.graphdef, state = nnx.split((self.stack, shared))
             self.args = (state, x)
@@ -196,7 +198,7 @@ class Call:
     def metadata(self) -> dict[str, Any]:
         """The metadata the body saw and that the stack has after one trace."""
         if self.call.kind == 'tree_vmap':
-            after = self.function()(*self.args)
+            after = nnx.eval_shape(self.function(), *self.args)
         else:
             self.trace()
             after = self.stack
