@@ -20,7 +20,8 @@ INSTRUCTION_TARGETS = {'create': 1.03, 'scan_trace': 1.03, 'optimizer': 1.00}
 # The calls section's targets (issue 65), on the ratio of the medians of the
 # process medians: ours / vanilla+workaround for every call (the recording
 # ones: 1.02), ours / vanilla as written for the tree-mode scans without
-# broadcasts (stretch 1.05), and 64 broadcasts no dearer than none.
+# broadcasts (stretch 1.05), and that ratio with 64 broadcasts no higher
+# than without them.
 CALL_TARGET, RECORDING_TARGET, PLAIN_TARGET = 1.00, 1.02, 1.08
 PLAIN_TARGET_CALLS = ('tree_scan:64x4', 'tree_scan:8x32')
 
@@ -176,10 +177,9 @@ def call_checks(calls: dict[str, Any]) -> dict[str, bool]:
             met[f'calls: {case} ours / vanilla <= {PLAIN_TARGET:.2f}'] = (
                 calls[case]['ratios']['vanilla']['median'] <= PLAIN_TARGET)
         if case in calls and f'{case}:b64' in calls:
-            for label, _, _ in CALL_RUNS[1:]:
-                met[f'calls: {case} with 64 broadcasts ours / {label} <= without'] = (
-                    calls[f'{case}:b64']['ratios'][label]['median']
-                    <= calls[case]['ratios'][label]['median'])
+            met[f'calls: {case} with 64 broadcasts ours / vanilla <= without'] = (
+                calls[f'{case}:b64']['ratios']['vanilla']['median']
+                <= calls[case]['ratios']['vanilla']['median'])
     return met
 
 
