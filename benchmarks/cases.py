@@ -7,7 +7,8 @@ number of layers, on 8 simulated CPU devices. The full mode runs every case
 in its own process, one at a time, ours and vanilla alternating; the smoke
 mode runs all cases of an interpreter in one ``batch.py`` process, both
 interpreters at once. ``instructions.py`` counts the main thread's
-instructions under callgrind.
+instructions under callgrind; ``calls.py`` those of one traced call a case
+(``run_call_instructions``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,22 @@ OVERHEAD_RUNS = (('ours', 'ours', 'plain'), ('vanilla+workaround', 'vanilla', 'w
 # steady counterpart of the wall-time targets (compilation is XLA's, the same
 # program in both, and reported without a target).
 INSTRUCTIONS = ('create', 'scan_trace', 'scan_compile', 'optimizer')
+# One lifted call a case (calls.py, ``kind:LxV[:bN]``), its tracing counted
+# under callgrind: tree mode (graph=False) scans at L=64 with 4 Variables
+# and 8 layers of 32, with 0, 8 and 64 broadcasts; tree-mode vmap creation;
+# a graph=True, graph_updates=False scan; graph-mode scans that record
+# (one-entry specs, optimizer_sharding without the name), 4 and 64 Variables.
+TREE_CALLS = tuple(f'tree_scan:{shape}{broadcasts}' for shape in ('64x4', '8x32')
+                   for broadcasts in ('', ':b8', ':b64')) + (
+    'tree_vmap:64x4', 'simple_scan:64x4')
+RECORDING_CALLS = ('record_scan:64x4', 'record_scan:64x64',
+                   'record_opt_scan:64x4', 'record_opt_scan:64x64')
+CALL_CASES = TREE_CALLS + RECORDING_CALLS
+# The runs of each call: ours as written, vanilla as written (no metadata
+# work, stale metadata), vanilla with its workaround (tree mode: FLIP 5310's
+# decorator on the body; graph mode: transform_metadata={PARTITION_NAME: None}).
+CALL_RUNS = (('ours', 'ours', 'plain'), ('vanilla', 'vanilla', 'plain'),
+             ('vanilla+workaround', 'vanilla', 'workaround'))
 
 
 @dataclass(frozen=True)
@@ -67,13 +84,17 @@ class Config:
     instruction_cases: tuple[str, ...]  # 'layers[:groups]' counted under callgrind
     instruction_repeats: int
     program_timeout: int = PROGRAM_TIMEOUT  # seconds per measured program
+    call_cases: tuple[str, ...] = ()  # calls.py's cases counted under callgrind
+    call_processes: int = 3  # processes a run of them (the range of the counts)
+    call_workers: int = 2    # of those processes at once (counts do not depend on load)
 
 
 FULL = Config(mode='full', layers=8, width=512, indivisible_layers=6,
               overhead_layers=64, overhead_width=64, scaling_layers=(8, 32, 128),
               variable_scaling=(8, 32, 128), group_size=4,
               repeats=3, rounds=4, warmup=1, one_process_per_case=True, workers=1,
-              instruction_cases=('64', '32:8'), instruction_repeats=3)
+              instruction_cases=('64', '32:8'), instruction_repeats=3,
+              call_cases=CALL_CASES)
 # No instruction counts in smoke mode: jax under valgrind takes minutes even
 # at these sizes (802 s at load 8); the test suite checks the counting itself
 # on a jax-free program (tests/e2e/test_benchmarks_smoke.py).
@@ -168,8 +189,9 @@ def run_program(python: str, program: str, prefix: tuple[str, ...] = (),
     env = dict(os.environ, JAX_PLATFORMS='cpu',
                XLA_FLAGS='--xla_force_host_platform_device_count=8', **(env or {}))
     command = [*prefix, python, str(BENCH_DIR / f'{program}.py')]
-    for name, value in options.items():
-        command += [f'--{name.replace("_", "-")}', str(value)]
+    for name, value in options.items():  # True: a flag alone
+        flag = f'--{name.replace("_", "-")}'
+        command += [flag] if value is True else [flag, str(value)]
     completed = subprocess.run(command, env=env, cwd=BENCH_DIR, capture_output=True,
                                text=True, timeout=timeout)
     lines = [line for line in completed.stdout.splitlines() if line.startswith('{')]
@@ -242,6 +264,22 @@ CALLGRIND = ('valgrind', '-q', '--tool=callgrind', '--instr-atstart=no',
              '--separate-threads=yes', '--trace-children=yes')
 
 
+def callgrind_rows(python: str, program: str, label: str, marks: Path, timeout: float,
+                   **options: Any) -> list[dict[str, Any]]:
+    """``program``'s JSON lines, run under callgrind with ``marks``; raises if a
+    case failed."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        # --trace-children: the interpreter may be a wrapper script that
+        # execs Python (the smoke test's vanilla one); %p is its pid.
+        prefix = (*CALLGRIND, f'--callgrind-out-file={out_dir}/callgrind.out.%p')
+        rows = run_program(python, program, prefix=prefix, env={'PYTHONHASHSEED': '0'},
+                           timeout=timeout, out_dir=out_dir, marks=marks, **options)
+    for row in rows:
+        if not row['ok']:
+            raise RuntimeError(f'{program} failed for {label}: {row["error"]}')
+    return rows
+
+
 def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
     """Main-thread instruction counts (``instructions.py`` under callgrind).
 
@@ -254,21 +292,11 @@ def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
         return {'skipped': reason}
 
     def count(label: str, key: str, variant: str, marks: Path) -> list[dict[str, Any]]:
-        with tempfile.TemporaryDirectory() as out_dir:
-            # --trace-children: the interpreter may be a wrapper script that
-            # execs Python (the smoke test's vanilla one); %p is its pid.
-            prefix = (*CALLGRIND, f'--callgrind-out-file={out_dir}/callgrind.out.%p')
-            cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
-            rows = run_program(pythons[key], 'instructions', prefix=prefix,
-                               env={'PYTHONHASHSEED': '0'}, cases=cases,
-                               timeout=config.program_timeout * len(config.instruction_cases),
-                               width=config.overhead_width,
-                               repeats=config.instruction_repeats, warmup=1, out_dir=out_dir,
-                               marks=marks)
-        for row in rows:
-            if not row['ok']:
-                raise RuntimeError(f'instructions failed for {label}: {row["error"]}')
-        return rows
+        cases = ','.join(f'{variant}:{case}' for case in config.instruction_cases)
+        return callgrind_rows(pythons[key], 'instructions', label, marks,
+                              timeout=config.program_timeout * len(config.instruction_cases),
+                              cases=cases, width=config.overhead_width,
+                              repeats=config.instruction_repeats, warmup=1)
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as build_dir, ThreadPoolExecutor(max_workers=2) as pool:
@@ -282,5 +310,60 @@ def run_instructions(pythons: dict[str, str], config: Config) -> dict[str, Any]:
         ours, vanilla = (entry[label]['instructions'] for label, _, _ in OVERHEAD_RUNS)
         entry['ratios'] = {name: statistics.median(ours[name]) / statistics.median(vanilla[name])
                            for name in INSTRUCTIONS}
+        table[case] = entry
+    return table
+
+
+def run_call_instructions(pythons: dict[str, str], config: Config,
+                          progress: bool = False) -> dict[str, Any]:
+    """Main-thread instructions of one traced call a case (``calls.py``).
+
+    Each run of ``CALL_RUNS`` counts every case of ``config.call_cases`` in
+    ``config.call_processes`` processes (median of ``instruction_repeats``
+    traces after one uncounted, each), ``config.call_workers`` processes at
+    once, the runs interleaved. ``{case: {label: {'medians': [one a process], 'samples':
+    [...]}, 'ratios': {label: {'median': ..., 'range': [low, high]}}}}``:
+    ours over the median of the other run's process medians, and its range
+    (ours' lowest over their highest, ours' highest over their lowest).
+    ``{'skipped': why}`` without valgrind.
+    """
+    reason = instructions_unavailable()
+    if reason is not None:
+        return {'skipped': reason}
+    cases = config.call_cases
+    jobs = [(process, run) for process in range(config.call_processes) for run in CALL_RUNS]
+
+    def count(job: tuple[int, tuple[str, str, str]], marks: Path) -> list[dict[str, Any]]:
+        process, (label, key, variant) = job
+        started = time.perf_counter()
+        rows = callgrind_rows(pythons[key], 'calls', label, marks,
+                              timeout=config.program_timeout * len(cases),
+                              cases=','.join(f'{variant}/{case}' for case in cases),
+                              width=config.overhead_width,
+                              repeats=config.instruction_repeats, warmup=1, count=True)
+        if progress:
+            print(f'  {time.perf_counter() - started:6.1f} s  calls {label} '
+                  f'process {process + 1}/{config.call_processes}', file=sys.stderr, flush=True)
+        return rows
+
+    start = time.perf_counter()
+    with (tempfile.TemporaryDirectory() as build_dir,
+          ThreadPoolExecutor(max_workers=config.call_workers) as pool):
+        marks = compile_marks(Path(build_dir))
+        outputs = list(pool.map(lambda job: count(job, marks), jobs))
+    table: dict[str, Any] = {'seconds': time.perf_counter() - start}
+    for index, case in enumerate(cases):
+        entry: dict[str, Any] = {}
+        for (_, (label, _, _)), rows in zip(jobs, outputs):
+            samples = rows[index]['instructions']['trace']
+            run = entry.setdefault(label, {'medians': [], 'samples': [],
+                                           'versions': rows[index]['versions']})
+            run['samples'].append(samples)
+            run['medians'].append(statistics.median(samples))
+        ours = entry['ours']['medians']
+        entry['ratios'] = {
+            label: {'median': statistics.median(ours) / statistics.median(other),
+                    'range': [min(ours) / max(other), max(ours) / min(other)]}
+            for label, _, _ in CALL_RUNS[1:] for other in [entry[label]['medians']]}
         table[case] = entry
     return table

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,31 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {'nproc': os.cpu_count(), 'cpu': cpu}
+
+
+def with_pythonpath(python: str, path: str, name: str) -> str:
+    """A wrapper script ``build/bench/python-<name>`` that runs ``python`` with
+    ``path`` first on ``PYTHONPATH`` (a source tree, an unpacked wheel)."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    wrapper = BUILD / f'python-{name}'
+    wrapper.write_text(
+        '#!/bin/sh\n'
+        f'PYTHONPATH="{os.path.abspath(path)}${{PYTHONPATH:+:$PYTHONPATH}}" '
+        f'exec "{os.path.abspath(python)}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def registry_flax(python: str) -> Path:
+    """The registry's ``flax==0.12.12`` wheel unpacked in ``build/bench/vanilla-site``
+    (downloaded with ``python``'s pip on first use), to put first on a path."""
+    site = BUILD / 'vanilla-site'
+    if (site / 'flax').is_dir():
+        return site
+    wheels = BUILD / 'vanilla-wheel'
+    subprocess.run([python, '-m', 'pip', 'download', '--quiet', '--no-deps',
+                    '--only-binary', ':all:', VANILLA_FLAX, '-d', str(wheels)], check=True)
+    (wheel,) = wheels.glob('flax-*.whl')
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return site
