@@ -699,3 +699,30 @@ ROWS += [  # a keyed pass that runs: it removes the name, then the out_sharding 
     for mode in ('graph', 'tree')
     for wrap in ('none', 'clone')
 ]
+
+# Found by the oracle (nnxaxis.17's long run): a graph-mode pass given the
+# name as a string (no mapping) raises vanilla's ValueError at the mapped
+# node, where vanilla did not get to the pass (it fails at create).
+ROWS += [program_from_json(
+    '{"name": "junk name transform_metadata on a graph pass over a stack vanilla cannot c'
+    'reate", "leaves": [{"name": "w0", "shape": [8], "spec": {"form": "tuple", "entries":'
+    ' [null], "unreduced": [], "reduced": []}, "key": "out_sharding", "optimizer_spec": n'
+    'ull, "extra_spec": {"form": "tuple", "entries": ["x0"], "unreduced": [], "reduced": '
+    '[]}, "local_rules": true, "ref": true}, {"name": "w1", "shape": [8], "spec": {"form"'
+    ': "named", "entries": [], "unreduced": [], "reduced": []}, "key": "out_sharding", "o'
+    'ptimizer_spec": null, "extra_spec": {"form": "tuple", "entries": ["x0"], "unreduced"'
+    ': [], "reduced": []}, "local_rules": true, "ref": true}, {"name": "w2", "shape": [16'
+    '], "spec": {"form": "pspec", "entries": ["b"], "unreduced": [], "reduced": ["a"]}, "'
+    'key": "out_sharding", "optimizer_spec": null, "extra_spec": {"form": "tuple", "entri'
+    'es": ["x0"], "unreduced": [], "reduced": []}, "local_rules": true, "ref": false}], "'
+    'stacks": [{"kind": "vmap", "size": 2, "axis": 0, "partition": "default", "mode": "gr'
+    'aph-no-updates", "extra": false, "decorator": "dec", "placement": "partial", "other"'
+    ': null, "replicated": [], "own_optimizer": [], "keys": []}, {"kind": "vmap", "size":'
+    ' 2, "axis": 0, "partition": "default", "mode": "graph-no-updates", "extra": false, "'
+    'decorator": "dec", "placement": "inside", "other": null, "replicated": [], "own_opti'
+    'mizer": [], "keys": []}], "mesh": "none", "context_rules": false, "apply": {"kind": '
+    '"vmap", "partition": "default", "mode": "graph", "wrap": "none", "state_axes": false'
+    ', "shard_map": false, "callable": "partial", "other": "name str", "decorator": null,'
+    ' "placement": null, "nested": false, "out_axis": null, "keys": []}, "consumers": [],'
+    ' "optimizer": "sgd", "custom": null, "arguments": []}'
+)]

@@ -886,6 +886,9 @@ def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> b
         else inside_metadata(program, flax, meta)
     if not apply_axis_entry(program, meta, flax):
         return False
+    if inside is not None and program.apply.mode == 'graph' \
+            and program.apply.other in ('name str', 'name list'):
+        return False  # read where 0.12.12 reads it: raises at the mapped node
     if inside is None or program.apply.wrap != 'tree_map':
         return True
     return not _unlike_layers(program, inside)
