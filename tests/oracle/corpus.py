@@ -726,3 +726,28 @@ ROWS += [program_from_json(
     ' "placement": null, "nested": false, "out_axis": null, "keys": []}, "consumers": [],'
     ' "optimizer": "sgd", "custom": null, "arguments": []}'
 )]
+
+# Found by the oracle (nnxaxis.18's long run): a graph-mode pass given
+# transform_metadata=None raises vanilla's TypeError (the name looked for in
+# None), where vanilla did not get to the pass (it fails at create).
+ROWS += [program_from_json(
+    '{"name": "transform_metadata None on a graph pass over a stack vanilla cannot create"'
+    ', "leaves": [{"name": "w0", "shape": [8], "spec": {"form": "list", "entries": [null],'
+    ' "unreduced": [], "reduced": []}, "key": "out_sharding", "optimizer_spec": null, "ext'
+    'ra_spec": null, "local_rules": true, "ref": false}, {"name": "w1", "shape": [8, 8, 16'
+    '], "spec": {"form": "named", "entries": ["b", "a"], "unreduced": [], "reduced": []}, '
+    '"key": "out_sharding", "optimizer_spec": null, "extra_spec": null, "local_rules": tru'
+    'e, "ref": false}, {"name": "w2", "shape": [8], "spec": {"form": "pspec", "entries": ['
+    '["a", "b"]], "unreduced": [], "reduced": []}, "key": "out_sharding", "optimizer_spec"'
+    ': {"form": "pspec", "entries": [["a", "b"]], "unreduced": [], "reduced": []}, "extra_'
+    'spec": null, "local_rules": true, "ref": false}], "stacks": [{"kind": "scan", "size":'
+    ' 4, "axis": 0, "partition": "default", "mode": "graph", "extra": false, "decorator": '
+    'null, "placement": "partial", "other": null, "replicated": [], "own_optimizer": [], "'
+    'keys": []}, {"kind": "scan", "size": 4, "axis": 0, "partition": "default", "mode": "g'
+    'raph", "extra": false, "decorator": null, "placement": "inside", "other": null, "repl'
+    'icated": [], "own_optimizer": [], "keys": []}], "mesh": "none", "context_rules": fals'
+    'e, "apply": {"kind": "scan", "partition": "default", "mode": "graph", "wrap": "none",'
+    ' "state_axes": true, "shard_map": false, "callable": "partial", "other": "None", "dec'
+    'orator": null, "placement": null, "nested": false, "out_axis": null, "keys": []}, "co'
+    'nsumers": ["eval_shape"], "optimizer": null, "custom": null, "arguments": []}'
+)]

@@ -886,6 +886,9 @@ def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> b
         else inside_metadata(program, flax, meta)
     if not apply_axis_entry(program, meta, flax):
         return False
+    if program.apply is not None and program.apply.mode == 'graph' \
+            and program.apply.other == 'None':
+        return False  # 0.12.12 looks for the name in None: TypeError
     if inside is not None and program.apply.mode == 'graph' \
             and program.apply.other in ('name str', 'name list'):
         return False  # read where 0.12.12 reads it: raises at the mapped node
