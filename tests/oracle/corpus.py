@@ -751,3 +751,53 @@ ROWS += [program_from_json(
     'orator": null, "placement": null, "nested": false, "out_axis": null, "keys": []}, "co'
     'nsumers": ["eval_shape"], "optimizer": null, "custom": null, "arguments": []}'
 )]
+
+# Found by the oracle (nnxaxis.18's long run): optimizer state made in a
+# default graph-mode body over a jnp.stack stack follows the declared
+# optimizer_sharding the body sees, an entry removed (compatibility.md, a
+# stack made by jax.vmap or jnp.stack), not the parameter's array.
+ROWS += [program_from_json(
+    '{"name": "optimizer in a default vmap body over a jnp.stack stack with optimizer_shar'
+    'ding", "leaves": [{"name": "w0", "shape": [8, 16], "spec": {"form": "pspec", "entries'
+    '": [null], "unreduced": [], "reduced": []}, "key": "sharding_names", "optimizer_spec"'
+    ': {"form": "pspec", "entries": [null], "unreduced": [], "reduced": []}, "extra_spec":'
+    ' null, "local_rules": false, "ref": false}, {"name": "w1", "shape": [8, 16, 16], "spe'
+    'c": {"form": "tuple", "entries": ["b"], "unreduced": [], "reduced": []}, "key": "shar'
+    'ding_names", "optimizer_spec": {"form": "tuple", "entries": ["b"], "unreduced": [], "'
+    'reduced": []}, "extra_spec": null, "local_rules": false, "ref": false}], "stacks": [{'
+    '"kind": "vmap", "size": 4, "axis": 0, "partition": "default", "mode": "tree", "extra"'
+    ': false, "decorator": null, "placement": "lambda", "other": null, "replicated": [], "'
+    'own_optimizer": [], "keys": []}, {"kind": "array", "size": 4, "axis": 0, "partition":'
+    ' null, "mode": "graph", "extra": false, "decorator": null, "placement": null, "other"'
+    ': null, "replicated": [], "own_optimizer": [], "keys": []}], "mesh": "explicit", "con'
+    'text_rules": false, "apply": {"kind": "vmap", "partition": "default", "mode": "graph"'
+    ', "wrap": "optimizer", "state_axes": false, "shard_map": false, "callable": "object",'
+    ' "other": null, "decorator": null, "placement": null, "nested": false, "out_axis": nu'
+    'll, "keys": []}, "consumers": [], "optimizer": null, "custom": null, "arguments": []}'
+)]
+
+# Found by the oracle (nnxaxis.18's long run): optimizer state made in a
+# default graph-mode body over a stack built through a decorator the
+# transform cannot see follows the optimizer_sharding the body sees
+# (compatibility.md, a decorated function the transform cannot see), not
+# the parameter's array.
+ROWS += [program_from_json(
+    '{"name": "optimizer in a default scan body over a stack a hidden decorator named", "l'
+    'eaves": [{"name": "w0", "shape": [8, 16], "spec": {"form": "pspec", "entries": [null]'
+    ', "unreduced": [], "reduced": []}, "key": "sharding_names", "optimizer_spec": {"form"'
+    ': "pspec", "entries": [null], "unreduced": [], "reduced": []}, "extra_spec": null, "l'
+    'ocal_rules": false, "ref": false}, {"name": "w1", "shape": [8, 16, 16], "spec": {"for'
+    'm": "tuple", "entries": ["b"], "unreduced": [], "reduced": []}, "key": "sharding_name'
+    's", "optimizer_spec": {"form": "tuple", "entries": ["b"], "unreduced": [], "reduced":'
+    ' []}, "extra_spec": null, "local_rules": false, "ref": false}], "stacks": [{"kind": "'
+    'vmap", "size": 4, "axis": 0, "partition": null, "mode": "tree", "extra": false, "deco'
+    'rator": null, "placement": null, "other": null, "replicated": [], "own_optimizer": []'
+    ', "keys": []}, {"kind": "vmap", "size": 4, "axis": 0, "partition": "default", "mode":'
+    ' "graph", "extra": false, "decorator": "a", "placement": "inside", "other": null, "re'
+    'plicated": [], "own_optimizer": [], "keys": []}], "mesh": "explicit", "context_rules"'
+    ': false, "apply": {"kind": "scan", "partition": "default", "mode": "graph", "wrap": "'
+    'optimizer", "state_axes": true, "shard_map": false, "callable": "partial", "other": "'
+    'list", "decorator": null, "placement": null, "nested": false, "out_axis": null, "keys'
+    '": []}, "consumers": ["partition_spec"], "optimizer": "sgd", "custom": null, "argumen'
+    'ts": []}'
+)]
