@@ -1,8 +1,8 @@
 # The README's commands. `make test-full` is what CI runs (.ci/run).
 #   make test   venv + our wheel, then `flaxpq check` without upstream's hooks,
 #               our tests but the slow ones, the oracle's self-check: the
-#               loop to run often, 9 min 5 s of CPU time (the figure that
-#               holds at any load; 9 min 54 s on 2 cores at load 2-8 from a
+#               loop to run often, 9 min 29 s of CPU time (the figure that
+#               holds at any load; 9 min 24 s on 2 cores at load 3-8 from a
 #               fresh clone with empty caches: docs/maintainers.md, Durations);
 #               it prints progress, then failures and a summary
 #   make test-full  make test, then upstream's pre-commit hooks, our slow tests
