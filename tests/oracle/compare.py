@@ -204,10 +204,10 @@ class Judged:
         stacked: its parameter's declared ``optimizer_sharding``, or without
         one an ``out_sharding`` shorter than the stacked array (a stack made
         from specs shorter than its layers has no entry at the axis); or a
-        spec the build left off its array (``misaligned_build``): the body
-        sees it with an entry removed, and the state follows that. Inside the body
-        that spec places the state, and neither vanilla's sharding nor the
-        parameter's judges it (docs/compatibility.md)."""
+        spec the build left off its array (``misaligned_build``), which the
+        body sees with an entry removed. Inside the body that spec places the
+        state, and neither vanilla's sharding nor the parameter's judges it
+        (docs/compatibility.md)."""
         param = self.mirrored(self.ours, path)
         leaf = next((l for l in self.program.leaves if l.name == param), None)
         if leaf is None or self.expect_o is None:

@@ -886,12 +886,12 @@ def pass_runs(program: Program, flax: str, meta: dict[str, dict[str, Any]]) -> b
         else inside_metadata(program, flax, meta)
     if not apply_axis_entry(program, meta, flax):
         return False
-    if program.apply is not None and program.apply.mode == 'graph' \
-            and program.apply.other == 'None':
-        return False  # 0.12.12 looks for the name in None: TypeError
-    if inside is not None and program.apply.mode == 'graph' \
-            and program.apply.other in ('name str', 'name list'):
-        return False  # read where 0.12.12 reads it: raises at the mapped node
+    if program.apply is not None and program.apply.mode == 'graph' and (
+            program.apply.other == 'None' or inside is not None
+            and program.apply.other in ('name str', 'name list')):
+        # 0.12.12 looks for the name in what it is given: None raises at the
+        # call (TypeError), a string or list naming it at the mapped node
+        return False
     if inside is None or program.apply.wrap != 'tree_map':
         return True
     return not _unlike_layers(program, inside)
